@@ -1,0 +1,109 @@
+"""Per-client fairness metrics of the global model, logged at every evaluation (SPEC section 7)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import pytorch_lightning as pl
+from pytorch_lightning.utilities import rank_zero_info
+from typing_extensions import override
+
+from callbacks.base import FederatedCallback
+from lightning_fl.evaluation import ClientEvaluation
+from lightning_fl.functional.fairness import (
+    FAIRNESS_KEYS,
+    client_accuracies,
+    fairness_csv,
+    fairness_metrics,
+    fairness_table,
+)
+from lightning_fl.functional.figures import accuracy_histogram_figure
+
+if TYPE_CHECKING:
+    from lightning_fl.loop import FederatedLoop
+
+
+class FairnessMetrics(FederatedCallback):
+    """Logs the distribution of client accuracies each time the global model is evaluated.
+
+    On every evaluation (each ``check_val_every_n_epoch`` rounds, and ``validate``/``test``) it logs
+    ``{stage}/acc_mean``, ``acc_weighted``, ``acc_pooled``, ``acc_worst20``, ``acc_best20``,
+    ``acc_var`` (percent^2, as FedFa Table 2), ``acc_std``, ``acc_min``, ``acc_max`` and ``jain``
+    with the round number as step, plus a TensorBoard histogram of client accuracies. At the end of
+    ``fit`` and ``test`` it prints the FedFa Table 2 summary (Average, Worst 20%, Best 20%,
+    Variance) and saves it as ``fairness_summary.md`` and ``.csv`` in the log directory, with
+    ``fairness_history.csv`` holding every evaluation.
+
+    Args:
+        histogram_every: Log the accuracy histogram (and a figure of it) every this many evaluations.
+        method_name: Row name in the summary table; defaults to the aggregation callback's class name.
+
+    Example (YAML)::
+
+        - class_path: callbacks.FairnessMetrics
+    """
+
+    def __init__(self, histogram_every: int = 1, method_name: str | None = None) -> None:
+        self.histogram_every = histogram_every
+        self.method_name = method_name
+        self.history: list[dict[str, float]] = []
+
+    @override
+    def on_clients_evaluated(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int,
+                             evaluation: ClientEvaluation) -> None:
+        metrics = fairness_metrics(evaluation.correct, evaluation.total)
+        stage = evaluation.stage
+        loop.log_round({f"{stage}/{k}": v for k, v in metrics.items()}, step=evaluation.round_number,
+                       prog_bar=(f"{stage}/acc_mean",))
+        self.history.append({"stage": stage, "round": evaluation.round_number, **metrics})
+        evaluations = sum(1 for row in self.history if row["stage"] == stage)
+        if (evaluations - 1) % self.histogram_every == 0:
+            accuracies = client_accuracies(evaluation.correct, evaluation.total)
+            for writer in loop.tensorboard():
+                writer.add_histogram(f"{stage}/client_acc", accuracies[~accuracies.isnan()], evaluation.round_number)
+                writer.add_figure(f"{stage}/client_acc_figure",
+                                  accuracy_histogram_figure(accuracies, evaluation.round_number),
+                                  evaluation.round_number)
+
+    @override
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: FederatedLoop) -> None:
+        self._write_summary(trainer, pl_module, "val")
+
+    @override
+    def on_test_end(self, trainer: pl.Trainer, pl_module: FederatedLoop) -> None:
+        self._write_summary(trainer, pl_module, "test")
+
+    def latest(self, stage: str = "val") -> dict[str, float] | None:
+        """The most recent metrics of ``stage``, or ``None`` before the first evaluation."""
+        rows = [row for row in self.history if row["stage"] == stage]
+        return rows[-1] if rows else None
+
+    def _write_summary(self, trainer: pl.Trainer, loop: FederatedLoop, stage: str) -> None:
+        row = self.latest(stage)
+        if row is None:
+            return
+        name = self.method_name or type(getattr(loop, "aggregator", None) or self).__name__
+        table = fairness_table({name: row})
+        rank_zero_info(f"\nFairness of the global model after {row['round']} rounds ({stage} split of every client):\n"
+                       f"{table}")
+        if not trainer.log_dir or trainer.global_rank != 0:
+            return
+        os.makedirs(trainer.log_dir, exist_ok=True)
+        suffix = "" if stage == "val" else "_test"
+        with open(os.path.join(trainer.log_dir, f"fairness_summary{suffix}.md"), "w") as f:
+            f.write(f"Global model after {row['round']} rounds, {stage} split of every client.\n\n{table}")
+        with open(os.path.join(trainer.log_dir, f"fairness_summary{suffix}.csv"), "w") as f:
+            f.write(fairness_csv({name: row}))
+        with open(os.path.join(trainer.log_dir, "fairness_history.csv"), "w") as f:
+            f.write(",".join(("stage", "round", *FAIRNESS_KEYS)) + "\n")
+            for h in self.history:
+                f.write(",".join([h["stage"], str(h["round"])] + [repr(h[k]) for k in FAIRNESS_KEYS]) + "\n")
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": list(self.history)}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = list(state_dict["history"])

@@ -1,0 +1,50 @@
+"""FedAvg aggregation (SPEC section 2)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytorch_lightning as pl
+from torch import Tensor
+from typing_extensions import override
+
+from callbacks.base import AggregationCallback
+from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.functional.weights import WEIGHTINGS, fedavg_weights, weighted_average
+from lightning_fl.validation import check_choice
+
+if TYPE_CHECKING:
+    from lightning_fl.loop import FederatedLoop
+
+
+class FedAvg(AggregationCallback):
+    """Federated averaging: ``w^{t+1} = sum_k n_k y_k / sum_k n_k`` (SPEC section 2).
+
+    The default aggregation when a run configures none.
+
+    Args:
+        weighting: ``samples`` (weights ``n_k / sum n``, McMahan et al.) or ``uniform`` (``1 / K``).
+
+    Raises:
+        ConfigError: If ``weighting`` is not ``samples`` or ``uniform``.
+
+    Example (YAML)::
+
+        trainer:
+          callbacks:
+            - class_path: callbacks.FedAvg
+              init_args: {weighting: samples}
+    """
+
+    def __init__(self, weighting: str = "samples") -> None:
+        super().__init__()
+        check_choice("weighting", weighting, WEIGHTINGS)
+        self.weighting = weighting
+
+    @override
+    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
+                  update: CohortUpdate) -> Tensor:
+        weights, degenerate = fedavg_weights(update.num_samples.to(global_w.device), self.weighting)
+        if degenerate:
+            self.warn_degenerate_once("sample-count weights", round_idx)
+        return weighted_average(update.weights, weights.to(global_w.dtype))

@@ -1,0 +1,114 @@
+"""Rounds-to-target: when a monitored metric first reaches a target (SPEC section 7)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytorch_lightning as pl
+from pytorch_lightning.utilities import rank_zero_info
+from typing_extensions import override
+
+from callbacks.base import FederatedCallback
+from lightning_fl.validation import check_choice
+
+if TYPE_CHECKING:
+    from lightning_fl.loop import FederatedLoop
+
+
+class RoundsToTarget(FederatedCallback):
+    """Records the first round at which ``monitor`` reaches ``target`` and the wall time to it.
+
+    As in DWFed Table 2 and Tempo Table 1. The wall time counts training and evaluation of this run
+    and of the runs it was resumed from (the elapsed time is part of the checkpointed state).
+    Logs ``target/round`` and ``target/seconds`` once reached and writes ``rounds_to_target.json`` in
+    the log directory at the end of the run.
+
+    Args:
+        monitor: A metric name from the loop or another callback, e.g. ``val/acc_mean``.
+        target: The value to reach.
+        mode: ``max`` (reached when ``value >= target``) or ``min`` (``value <= target``).
+        stop: Stop training once reached.
+
+    Raises:
+        ConfigError: If ``mode`` is not ``max`` or ``min``.
+
+    Example (YAML)::
+
+        - class_path: callbacks.RoundsToTarget
+          init_args: {monitor: val/acc_mean, target: 0.7}
+    """
+
+    def __init__(self, monitor: str = "val/acc_mean", target: float = 0.8, mode: str = "max",
+                 stop: bool = False) -> None:
+        check_choice("mode", mode, ("max", "min"))
+        self.monitor, self.target, self.mode, self.stop = monitor, target, mode, stop
+        self.reached_round: int | None = None
+        self.reached_seconds: float | None = None
+        self.elapsed_before = 0.0
+        self._session_start = time.perf_counter()
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._session_start = time.perf_counter()
+
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: FederatedLoop) -> None:
+        self._check(trainer, pl_module)
+
+    @override
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: FederatedLoop) -> None:
+        if not trainer.sanity_checking:
+            self._check(trainer, pl_module)
+
+    @override
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: FederatedLoop) -> None:
+        if trainer.log_dir:
+            os.makedirs(trainer.log_dir, exist_ok=True)
+            with open(os.path.join(trainer.log_dir, "rounds_to_target.json"), "w") as f:
+                json.dump(self.result(), f, indent=2)
+        reached = (f"round {self.reached_round} after {self.reached_seconds:.1f} s" if self.reached_round
+                   else f"not reached in {pl_module.rounds_completed} rounds")
+        rank_zero_info(f"Rounds to {self.monitor} {'>=' if self.mode == 'max' else '<='} {self.target}: {reached}")
+
+    def result(self) -> dict[str, Any]:
+        """The target, whether and when it was reached."""
+        return {"monitor": self.monitor, "target": self.target, "mode": self.mode, "round": self.reached_round,
+                "seconds": self.reached_seconds}
+
+    def _elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self._session_start
+
+    def _check(self, trainer: pl.Trainer, loop: FederatedLoop) -> None:
+        value = trainer.callback_metrics.get(self.monitor)
+        if self.reached_round is not None or value is None:
+            return
+        value = float(value)
+        hit = value >= self.target if self.mode == "max" else value <= self.target
+        if hit and not math.isnan(value):
+            self.reached_round = loop.rounds_completed
+            self.reached_seconds = self._elapsed()
+            loop.log_round({"target/round": float(self.reached_round), "target/seconds": self.reached_seconds},
+                           callback_metrics=False)
+            if self.stop:
+                trainer.should_stop = True
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"reached_round": self.reached_round, "reached_seconds": self.reached_seconds,
+                "elapsed": self._elapsed()}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.reached_round = state_dict["reached_round"]
+        self.reached_seconds = state_dict["reached_seconds"]
+        self.elapsed_before = state_dict["elapsed"]
+        self._session_start = time.perf_counter()
+
+    @property
+    @override
+    def state_key(self) -> str:
+        return self._generate_state_key(monitor=self.monitor, target=self.target, mode=self.mode)

@@ -1,0 +1,194 @@
+"""Base class of every federated datamodule (SPEC section 8).
+
+A :class:`FederatedDataModule` builds one :class:`~datamodules.federated_data.FederatedData` (all
+clients' train/test splits as a few contiguous tensors) and exposes it to the federated loop as
+``self.data``. Its Lightning dataloaders are only "round tickets": one element, no batching, so a
+Lightning epoch is exactly one communication round and the loop reads client data from ``self.data``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from matplotlib.figure import Figure
+from torch import Tensor
+from torch.utils.data import DataLoader
+
+from datamodules.federated_data import FederatedData, offsets_from_sizes
+from datamodules.partition import check_test_fraction, split_train_test
+from datamodules.plots import label_distribution_figure
+from lightning_fl.functional.label_stats import emd_to_population
+from lightning_fl.validation import ConfigError
+
+__all__ = ["FederatedDataModule", "build_from_pooled"]
+
+
+def build_from_pooled(
+    x: Tensor,
+    y: Tensor,
+    client_indices: list[Tensor],
+    num_classes: int,
+    test_fraction: float,
+    generator: torch.Generator,
+) -> FederatedData:
+    """Assemble :class:`FederatedData` from a pooled dataset and per-client index lists (SPEC section 8).
+
+    Each client's indices are split into train and test with :func:`~datamodules.partition.split_train_test`
+    (clients in order, all drawing from ``generator``); the splits are concatenated client by client.
+
+    Args:
+        x: ``(n, ...)`` pooled inputs.
+        y: ``(n,)`` pooled integer labels in ``[0, num_classes)``.
+        client_indices: One 1-D index tensor per client (indices into ``x``/``y``).
+        num_classes: Number of label classes.
+        test_fraction: Per-client test fraction in ``[0, 1)``.
+        generator: Source of randomness for the splits.
+
+    Returns:
+        The federation, labels as ``long``.
+
+    Raises:
+        ConfigError: If ``x`` and ``y`` differ in length, a label is outside ``[0, num_classes)`` or
+            ``test_fraction`` is outside ``[0, 1)``.
+        ValueError: If a client ends up with no training sample (from :class:`FederatedData`).
+
+    Example:
+        >>> x, y = torch.randn(10, 3), torch.arange(10) % 2
+        >>> data = build_from_pooled(x, y, [torch.arange(5), torch.arange(5, 10)], 2, 0.2, torch.Generator())
+        >>> data.train_sizes().tolist(), data.test_sizes().tolist()
+        ([4, 4], [1, 1])
+    """
+    check_test_fraction(test_fraction)
+    if len(x) != len(y):
+        raise ConfigError(f"x and y must have the same number of samples; got {len(x)} and {len(y)}")
+    y = torch.as_tensor(y).long()
+    if len(y) and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+        raise ConfigError(f"labels must lie in [0, {num_classes}) (num_classes); got {int(y.min())}..{int(y.max())}")
+    splits = [split_train_test(idx, test_fraction, generator) for idx in client_indices]
+    train = torch.cat([tr for tr, _ in splits]) if splits else torch.zeros(0, dtype=torch.long)
+    test = torch.cat([te for _, te in splits]) if splits else torch.zeros(0, dtype=torch.long)
+    return FederatedData(
+        x_train=x[train],
+        y_train=y[train],
+        train_offsets=offsets_from_sizes([len(tr) for tr, _ in splits]),
+        x_test=x[test],
+        y_test=y[test],
+        test_offsets=offsets_from_sizes([len(te) for _, te in splits]),
+        num_classes=int(num_classes),
+    )
+
+
+class FederatedDataModule(pl.LightningDataModule, ABC):
+    """Base of the federated datamodules: builds ``self.data`` once and hands out round tickets (SPEC section 8).
+
+    Subclasses implement :meth:`build_data`. After :meth:`setup`, ``data``, ``num_clients``,
+    ``num_classes`` and ``input_shape`` are available, along with the partition reports
+    (:meth:`label_histograms`, :meth:`emd_to_population`, :meth:`partition_figure`,
+    :meth:`partition_summary`).
+
+    Args:
+        seed: Seed of the data generation / partition / train-test split.
+        test_fraction: Fraction of each client's samples held out for testing, in ``[0, 1)``.
+
+    Raises:
+        ConfigError: If ``test_fraction`` is outside ``[0, 1)`` or ``seed`` is not an integer.
+
+    Example:
+        >>> class Two(FederatedDataModule):
+        ...     def build_data(self):
+        ...         x, y = torch.randn(8, 2), torch.tensor([0, 1] * 4)
+        ...         return build_from_pooled(x, y, [torch.arange(4), torch.arange(4, 8)], 2,
+        ...                                  self.test_fraction, torch.Generator().manual_seed(self.seed))
+        >>> dm = Two(seed=1)
+        >>> dm.setup()
+        >>> dm.num_clients, dm.label_histograms().sum().item()
+        (2, 6)
+    """
+
+    def __init__(self, seed: int = 0, test_fraction: float = 0.2) -> None:
+        super().__init__()
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise ConfigError(f"seed must be an integer; got {seed!r}")
+        check_test_fraction(test_fraction)
+        self.seed = seed
+        self.test_fraction = float(test_fraction)
+        self._data: FederatedData | None = None
+
+    @abstractmethod
+    def build_data(self) -> FederatedData:
+        """Build every client's train/test split (called once, by :meth:`setup`)."""
+
+    def setup(self, stage: str | None = None) -> None:
+        """Build ``self.data`` on the first call; later calls (any stage) do nothing."""
+        if self._data is None:
+            data = self.build_data()
+            if not isinstance(data, FederatedData):
+                name = type(self).__name__
+                raise TypeError(f"{name}.build_data must return FederatedData; got {type(data).__name__}")
+            self._data = data
+
+    @property
+    def data(self) -> FederatedData:
+        """The federation built by :meth:`setup`."""
+        if self._data is None:
+            raise RuntimeError(f"{type(self).__name__}.data is not built yet; call setup() first")
+        return self._data
+
+    @property
+    def num_clients(self) -> int:
+        return self.data.num_clients
+
+    @property
+    def num_classes(self) -> int:
+        return self.data.num_classes
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return self.data.input_shape
+
+    # ------------------------------------------------------------------ round tickets
+    def _round_ticket(self) -> DataLoader:
+        # One element, batch_size=None: Lightning runs one "batch" per epoch, which the federated
+        # loop turns into one communication round; client data never goes through a DataLoader.
+        return DataLoader([0], batch_size=None)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._round_ticket()
+
+    def val_dataloader(self) -> DataLoader:
+        return self._round_ticket()
+
+    def test_dataloader(self) -> DataLoader:
+        return self._round_ticket()
+
+    # ------------------------------------------------------------------ partition reports
+    def label_histograms(self) -> Tensor:
+        """``(N, C)`` ``long`` label counts of every client's train split."""
+        return self.data.label_histograms("train").cpu()
+
+    def emd_to_population(self) -> Tensor:
+        """``(N,)`` ``D_k = sum_c |p_k(c) - P(c)|`` of the train splits (SPEC sections 5 and 8), float64."""
+        return emd_to_population(self.label_histograms())
+
+    def partition_figure(self) -> Figure:
+        """Clients x classes heat map of the train label distributions (for TensorBoard ``add_figure``)."""
+        title = f"{type(self).__name__}: train labels per client"
+        return label_distribution_figure(self.label_histograms(), title=title)
+
+    def partition_summary(self) -> dict[str, Any]:
+        """Plain numbers describing the partition: clients, train-size min/median/max, mean EMD."""
+        sizes = self.data.train_sizes().cpu().numpy()
+        return {
+            "num_clients": self.num_clients,
+            "num_classes": self.num_classes,
+            "train_size_min": int(sizes.min()),
+            "train_size_median": float(np.median(sizes)),
+            "train_size_max": int(sizes.max()),
+            "train_samples": int(sizes.sum()),
+            "test_samples": int(self.data.test_sizes().sum()),
+            "mean_emd": float(self.emd_to_population().mean()),
+        }

@@ -1,0 +1,68 @@
+"""``python -m lightning_fl {fit,validate,test} --config configs/<...>.yaml`` through LightningCLI."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
+
+from datamodules.base import FederatedDataModule
+from lightning_fl.loop import FederatedLoop
+from lightning_fl.validation import ConfigError, DivergenceError
+
+# The loop has no optimizer of its own (clients build theirs) and one batch per epoch by design.
+for _pattern in (".*returned `None`, this fit will run with no optimizer.*",
+                 ".*does not have many workers which may be a bottleneck.*",
+                 ".*The number of training batches .* is smaller than the logging interval.*"):
+    warnings.filterwarnings("ignore", _pattern)
+
+
+class FederatedCLI(LightningCLI):
+    """LightningCLI for a :class:`~lightning_fl.loop.FederatedLoop` and any federated datamodule.
+
+    ``seed_everything`` (model initialisation) also seeds the loop (``model.seed``: cohort sampling
+    and batch order), so one number reproduces a run; the data partition has its own
+    ``data.init_args.seed``.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        kwargs.setdefault("trainer_defaults", {"num_sanity_val_steps": 0})
+        kwargs.setdefault("seed_everything_default", 0)
+        kwargs.setdefault("auto_configure_optimizers", False)
+        super().__init__(FederatedLoop, FederatedDataModule, *args, subclass_mode_data=True, **kwargs)
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.link_arguments("seed_everything", "model.seed")
+
+
+def _root_cause(err: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first ``kind`` exception in ``err``'s cause/context chain (jsonargparse wraps init errors)."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, kind):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def main(args: list[str] | None = None) -> None:
+    """Entry point; configuration and divergence errors print one line and exit non-zero.
+
+    Exit codes: 2 for an invalid configuration (nothing was trained), 1 for a diverged run (the
+    checkpoints written before the divergence are kept).
+    """
+    try:
+        FederatedCLI(args=args)
+    except Exception as err:
+        for kind, code in ((ConfigError, 2), (DivergenceError, 1)):
+            cause = _root_cause(err, kind)
+            if cause is not None:
+                print(f"error: {cause}", file=sys.stderr)
+                sys.exit(code)
+        raise
+
+
+__all__ = ["FederatedCLI", "main"]

@@ -1,0 +1,50 @@
+"""Per-client state that outlives a round: participation counts and, optionally, optimizer state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+class ClientStateStore:
+    """What the server remembers about each client between its participations.
+
+    Args:
+        num_clients: ``N``.
+        keep_optimizer_state: Keep each client's optimizer state (e.g. SGD momentum buffers) between
+            its participations instead of starting fresh every round (SPEC section 1 option).
+    """
+
+    def __init__(self, num_clients: int, keep_optimizer_state: bool = False) -> None:
+        self.keep_optimizer_state = keep_optimizer_state
+        self.participation = torch.zeros(num_clients, dtype=torch.long)
+        self.last_round = torch.full((num_clients,), -1, dtype=torch.long)
+        self.optimizer_states: dict[int, dict[str, Any]] = {}
+
+    def record_participation(self, client_ids: Tensor, round_idx: int) -> Tensor:
+        """Count this round for ``client_ids``; returns their counts ``f_k`` including this round."""
+        ids = client_ids.cpu()
+        self.participation[ids] += 1
+        self.last_round[ids] = round_idx
+        return self.participation[ids].clone()
+
+    def optimizer_state(self, client_id: int) -> dict[str, Any] | None:
+        return self.optimizer_states.get(client_id) if self.keep_optimizer_state else None
+
+    def save_optimizer_state(self, client_id: int, state: dict[str, Any]) -> None:
+        if self.keep_optimizer_state:
+            self.optimizer_states[client_id] = state
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "participation": self.participation.clone(),
+            "last_round": self.last_round.clone(),
+            "optimizer_states": self.optimizer_states,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.participation = state["participation"].clone()
+        self.last_round = state["last_round"].clone()
+        self.optimizer_states = dict(state["optimizer_states"])

@@ -1,0 +1,118 @@
+"""The client-engine interface and what every engine shares (batch schedule, statistics)."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from datamodules.federated_data import FederatedData
+from lightning_fl.client_state import ClientStateStore
+from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
+from lightning_fl.engines.hooks import ClientHookSet
+from lightning_fl.evaluation import client_train_losses
+from lightning_fl.flat_state import FlatStateLayout
+from lightning_fl.models.base import ClientModule
+from lightning_fl.seeding import generator_for
+
+
+@dataclass
+class LocalTrainingPlan:
+    """How every client trains locally (SPEC section 1).
+
+    Attributes:
+        optimizer_factory: Builds the client optimizer from parameters (the config's ``optimizer``).
+        local_epochs: ``E``.
+        batch_size: ``B``; the last batch of an epoch may be smaller.
+        seed: Run seed; batch order is a function of ``(seed, round, client, epoch)``.
+        lr: The optimizer's learning rate ``eta_l`` (read from the optimizer's defaults).
+        precision: The Trainer's precision string; ``16-mixed`` adds a gradient scaler per client.
+    """
+
+    optimizer_factory: Callable[[Iterable[Tensor]], Optimizer]
+    local_epochs: int
+    batch_size: int
+    seed: int
+    lr: float
+    precision: str = "32-true"
+
+
+def num_local_steps(num_samples: Tensor, local_epochs: int, batch_size: int) -> Tensor:
+    """``tau_k = E * ceil(n_k / B)`` for every client."""
+    return local_epochs * torch.div(num_samples + batch_size - 1, batch_size, rounding_mode="floor")
+
+
+def epoch_permutation(seed: int, round_idx: int, client_id: int, epoch: int, num_samples: int) -> Tensor:
+    """The sample order of one client's local epoch; identical in every engine and on resume."""
+    return torch.randperm(num_samples, generator=generator_for(seed, "batches", round_idx, client_id, epoch))
+
+
+class ClientEngine(ABC):
+    """Trains a cohort of clients from the global model and returns their stacked results.
+
+    Subclasses implement :meth:`_train`; :meth:`train_cohort` adds what every engine reports
+    (sample and step counts, label histograms, ``loss_before`` when a hook asks for it).
+
+    Args:
+        plan: Local training configuration.
+    """
+
+    name = "engine"
+
+    def __init__(self, plan: LocalTrainingPlan) -> None:
+        self.plan = plan
+        self.model: ClientModule | None = None
+        self.data: FederatedData | None = None
+        self.store: ClientStateStore | None = None
+        self.layout: FlatStateLayout | None = None
+
+    def setup(self, model: ClientModule, data: FederatedData, store: ClientStateStore) -> None:
+        """Bind the global model (whose weights are ``w^t`` at each call), client data and client state."""
+        self.model, self.data, self.store = model, data, store
+        self.layout = FlatStateLayout(model.state_dict())
+        self._label_hist = data.label_histograms("train").cpu()
+
+    def train_cohort(self, round_idx: int, client_ids: Tensor, participation: Tensor, hooks: ClientHookSet,
+                     cohort_size: int | None = None) -> CohortUpdate:
+        """Train ``client_ids`` from the current global model.
+
+        Args:
+            round_idx: The round ``t``.
+            client_ids: ``(K,)`` sorted client ids.
+            participation: ``(K,)`` participation counts including this round.
+            hooks: Client-side algorithm hooks.
+            cohort_size: ``K`` as the hooks should see it (defaults to ``len(client_ids)``).
+        """
+        num_samples = self.data.train_sizes().cpu()[client_ids]
+        num_steps = num_local_steps(num_samples, self.plan.local_epochs, self.plan.batch_size)
+        loss_before = client_train_losses(self.model, self.data, client_ids) if hooks.requires_loss_before else None
+        ctx = LocalTrainingContext(
+            round_idx=round_idx, client_ids=client_ids, cohort_size=cohort_size or len(client_ids), num_steps=num_steps,
+            global_params={n: p.detach() for n, p in self.model.named_parameters()}, lr=self.plan.lr,
+        )
+        weights, int_state, train_acc, train_loss, extra = self._train(ctx, hooks)
+        return CohortUpdate(
+            round_idx=round_idx, client_ids=client_ids, weights=weights, int_state=int_state,
+            num_samples=num_samples, num_steps=num_steps, train_acc=train_acc, train_loss=train_loss,
+            participation=participation, label_hist=self._label_hist[client_ids], loss_before=loss_before, extra=extra,
+        )
+
+    @abstractmethod
+    def _train(self, ctx: LocalTrainingContext, hooks: ClientHookSet
+               ) -> tuple[Tensor, dict[str, Tensor], Tensor, Tensor, dict[str, Tensor]]:
+        """Train the clients of ``ctx``; return ``(weights (K, d), int_state, train_acc, train_loss, extra)``."""
+
+    def _make_scaler(self) -> torch.amp.GradScaler | None:
+        # fp16 gradients underflow without loss scaling; bf16 has fp32's range and needs none.
+        if self.plan.precision in ("16-mixed", "16"):
+            return torch.amp.GradScaler(self.model.device.type)
+        return None
+
+    @staticmethod
+    def _num_batches(num_samples: int, batch_size: int) -> int:
+        return math.ceil(num_samples / batch_size)

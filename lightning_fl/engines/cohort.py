@@ -1,0 +1,91 @@
+"""What client engines hand to client-side hooks and what they return to the server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class LocalTrainingContext:
+    """The clients an engine is training right now, as seen by client-side hooks.
+
+    Every per-client tensor has a leading dimension ``C``: the clients trained together (1 in the
+    sequential engine, a chunk of the cohort in the vectorized one), so one hook implementation
+    serves both engines.
+
+    Attributes:
+        round_idx: The round ``t`` (0-based).
+        client_ids: ``(C,)`` ids of the clients being trained.
+        cohort_size: ``K``, the size of the whole cohort this round.
+        num_steps: ``(C,)`` local optimizer steps ``tau_k`` each client takes this round.
+        global_params: Trainable parameters of ``w^t`` by name (no leading dimension, fp32).
+        lr: The client optimizer's learning rate ``eta_l``.
+        step: Index of the local step being taken (0-based), updated by the engine.
+        cache: Scratch space for hooks (e.g. a stacked control variate for these clients).
+    """
+
+    round_idx: int
+    client_ids: Tensor
+    cohort_size: int
+    num_steps: Tensor
+    global_params: dict[str, Tensor]
+    lr: float
+    step: int = 0
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_ids)
+
+
+@dataclass
+class CohortUpdate:
+    """The cohort's results of one round, stacked along a leading cohort dimension ``K``.
+
+    Attributes:
+        round_idx: The round ``t``.
+        client_ids: ``(K,)`` client ids (sorted).
+        weights: ``(K, d)`` fp32: each client's final floating-point state ``y_k``, flattened.
+        int_state: Non-floating state entries (e.g. BatchNorm counters) of the first cohort member.
+        num_samples: ``(K,)`` ``n_k``.
+        num_steps: ``(K,)`` ``tau_k``.
+        train_acc: ``(K,)`` accuracy over the samples seen in the final local epoch.
+        train_loss: ``(K,)`` mean loss over the final local epoch.
+        participation: ``(K,)`` number of rounds each client has been in a cohort, this one included.
+        label_hist: ``(K, C)`` label histograms of the clients' train splits.
+        loss_before: ``(K,)`` loss of ``w^t`` on each client's train split, only when a callback
+            asked for it (q-FFL); ``None`` otherwise.
+        extra: Per-client tensors returned by hooks' ``on_local_train_end`` (stacked to ``(K, ...)``).
+    """
+
+    round_idx: int
+    client_ids: Tensor
+    weights: Tensor
+    int_state: dict[str, Tensor]
+    num_samples: Tensor
+    num_steps: Tensor
+    train_acc: Tensor
+    train_loss: Tensor
+    participation: Tensor
+    label_hist: Tensor
+    loss_before: Tensor | None = None
+    extra: dict[str, Tensor] = field(default_factory=dict)
+
+    @property
+    def cohort_size(self) -> int:
+        return len(self.client_ids)
+
+    def first_non_finite_client(self) -> tuple[int, str] | None:
+        """The first client whose loss or weights are NaN/inf, with what went wrong, else ``None``."""
+        bad_loss = ~torch.isfinite(self.train_loss)
+        bad_weights = ~torch.isfinite(self.weights).all(dim=1)
+        bad = (bad_loss | bad_weights.to(bad_loss.device)).nonzero()
+        if len(bad) == 0:
+            return None
+        k = int(bad[0])
+        what = f"train loss {float(self.train_loss[k])}" if bool(bad_loss[k]) else "non-finite weights"
+        return int(self.client_ids[k]), what

@@ -1,0 +1,92 @@
+"""Client-side algorithm hooks, called by every client engine on cohort-stacked tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from torch import Tensor
+
+from lightning_fl.engines.cohort import LocalTrainingContext
+
+_HOOK_NAMES = ("on_local_train_start", "local_loss_term", "correct_local_gradients", "after_local_step",
+               "on_local_train_end")
+
+
+class ClientHooks:
+    """Mixin with the client-side hooks an algorithm may override (all default to doing nothing).
+
+    Every tensor argument carries a leading dimension ``C`` (the clients trained together), so an
+    algorithm written once runs in the sequential engine (``C == 1``) and in the vectorized one.
+    ``params`` and ``grads`` map trainable parameter names to ``(C, *shape)`` tensors that alias the
+    engine's live tensors: in-place changes take effect.
+
+    Attributes:
+        requires_loss_before: Set to ``True`` when the algorithm needs ``loss_before_k``, the loss of
+            ``w^t`` on each client's train split before training (q-FFL, SPEC section 1).
+    """
+
+    requires_loss_before: bool = False
+
+    def on_local_train_start(self, ctx: LocalTrainingContext) -> None:
+        """Called once before the first local step of the clients in ``ctx`` (fill ``ctx.cache``)."""
+
+    def local_loss_term(self, ctx: LocalTrainingContext, params: dict[str, Tensor]) -> Tensor | None:
+        """An extra loss per client, shape ``(C,)``, added to the data loss (e.g. FedProx)."""
+        return None
+
+    def correct_local_gradients(self, ctx: LocalTrainingContext, params: dict[str, Tensor],
+                                grads: dict[str, Tensor]) -> None:
+        """Modify ``grads`` in place before the optimizer step (e.g. SCAFFOLD's ``- c_k + c``)."""
+
+    def after_local_step(self, ctx: LocalTrainingContext, params: dict[str, Tensor],
+                         step_delta: dict[str, Tensor]) -> None:
+        """Modify ``params`` in place after the optimizer step; ``step_delta`` is ``w_after - w_before``."""
+
+    def on_local_train_end(self, ctx: LocalTrainingContext, params: dict[str, Tensor]) -> dict[str, Tensor] | None:
+        """Per-client statistics ``(C, ...)`` to add to ``CohortUpdate.extra`` after training."""
+        return None
+
+
+class ClientHookSet:
+    """The objects that override each client hook, so engines skip the work of unused ones.
+
+    Args:
+        candidates: Any objects (usually the trainer's callbacks); those that are ``ClientHooks`` and
+            override a hook are kept for that hook, in order.
+    """
+
+    def __init__(self, candidates: Iterable[object]) -> None:
+        hooks = [c for c in candidates if isinstance(c, ClientHooks)]
+        self.by_name: dict[str, list[ClientHooks]] = {
+            name: [h for h in hooks if getattr(type(h), name) is not getattr(ClientHooks, name)] for name in _HOOK_NAMES
+        }
+        self.requires_loss_before = any(h.requires_loss_before for h in hooks)
+
+    def has(self, name: str) -> bool:
+        return bool(self.by_name[name])
+
+    def start(self, ctx: LocalTrainingContext) -> None:
+        for h in self.by_name["on_local_train_start"]:
+            h.on_local_train_start(ctx)
+
+    def loss_term(self, ctx: LocalTrainingContext, params: dict[str, Tensor]) -> Tensor | None:
+        total = None
+        for h in self.by_name["local_loss_term"]:
+            term = h.local_loss_term(ctx, params)
+            if term is not None:
+                total = term if total is None else total + term
+        return total
+
+    def correct_gradients(self, ctx: LocalTrainingContext, params: dict[str, Tensor], grads: dict[str, Tensor]) -> None:
+        for h in self.by_name["correct_local_gradients"]:
+            h.correct_local_gradients(ctx, params, grads)
+
+    def after_step(self, ctx: LocalTrainingContext, params: dict[str, Tensor], step_delta: dict[str, Tensor]) -> None:
+        for h in self.by_name["after_local_step"]:
+            h.after_local_step(ctx, params, step_delta)
+
+    def end(self, ctx: LocalTrainingContext, params: dict[str, Tensor]) -> dict[str, Tensor]:
+        extra: dict[str, Tensor] = {}
+        for h in self.by_name["on_local_train_end"]:
+            extra.update(h.on_local_train_end(ctx, params) or {})
+        return extra

@@ -1,0 +1,122 @@
+"""The sequential client engine: one reusable working module trains the cohort's clients in turn."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import Tensor
+from typing_extensions import override
+
+from datamodules.federated_data import FederatedData
+from lightning_fl.client_state import ClientStateStore
+from lightning_fl.engines.base import ClientEngine, epoch_permutation
+from lightning_fl.engines.cohort import LocalTrainingContext
+from lightning_fl.engines.hooks import ClientHookSet
+from lightning_fl.models.base import ClientModule
+
+
+class SequentialEngine(ClientEngine):
+    """Trains clients one after another with plain PyTorch steps on a reused copy of the model.
+
+    No ``Trainer``, ``DataLoader`` or module is created per client: the working copy is reset to
+    ``w^t`` with in-place copies, batches are index slices of on-device tensors, and only the client
+    optimizer is rebuilt (fresh state each round unless ``keep_optimizer_state``). Client hooks see
+    tensors with a leading dimension of 1.
+    """
+
+    name = "sequential"
+
+    @override
+    def setup(self, model: ClientModule, data: FederatedData, store: ClientStateStore) -> None:
+        super().setup(model, data, store)
+        self.work = copy.deepcopy(model)
+        self.work.train()
+        self._work_state = self.work.state_dict()
+        self._named = list(self.work.named_parameters())
+
+    @override
+    def _train(self, ctx: LocalTrainingContext, hooks: ClientHookSet
+               ) -> tuple[Tensor, dict[str, Tensor], Tensor, Tensor, dict[str, Tensor]]:
+        num_clients = ctx.num_clients
+        weights = torch.empty(num_clients, self.layout.numel, device=self.model.device)
+        train_acc = torch.zeros(num_clients, dtype=torch.float64)
+        train_loss = torch.zeros(num_clients, dtype=torch.float64)
+        extras: list[dict[str, Tensor]] = []
+        int_state: dict[str, Tensor] = {}
+        global_state = self.model.state_dict()
+        for i, client_id in enumerate(ctx.client_ids.tolist()):
+            one = LocalTrainingContext(
+                round_idx=ctx.round_idx, client_ids=ctx.client_ids[i : i + 1], cohort_size=ctx.cohort_size,
+                num_steps=ctx.num_steps[i : i + 1], global_params=ctx.global_params, lr=ctx.lr,
+            )
+            with torch.no_grad():
+                for name, value in global_state.items():
+                    self._work_state[name].copy_(value)
+            train_acc[i], train_loss[i], extra = self._train_client(one, client_id, hooks)
+            extras.append(extra)
+            self.layout.flatten(self._work_state, out=weights[i])
+            if i == 0:
+                int_state = {n: self._work_state[n].clone() for n in self.layout.other_names}
+        stacked = {key: torch.cat([e[key] for e in extras]) for key in extras[0]} if extras else {}
+        return weights, int_state, train_acc, train_loss, stacked
+
+    def _train_client(self, ctx: LocalTrainingContext, client_id: int, hooks: ClientHookSet
+                      ) -> tuple[float, float, dict[str, Tensor]]:
+        plan, work = self.plan, self.work
+        x_all, y_all = self.data.client_train(client_id)
+        num_samples = len(y_all)
+        optimizer = plan.optimizer_factory([p for _, p in self._named])
+        saved = self.store.optimizer_state(client_id)
+        if saved is not None:
+            optimizer.load_state_dict(saved)
+        scaler = self._make_scaler()
+        use_loss_term = hooks.has("local_loss_term")
+        use_grad_fix = hooks.has("correct_local_gradients")
+        use_after_step = hooks.has("after_local_step")
+        hooks.start(ctx)
+        correct = torch.zeros((), device=y_all.device)
+        loss_sum = torch.zeros((), device=y_all.device)
+        step = 0
+        for epoch in range(plan.local_epochs):
+            order = epoch_permutation(plan.seed, ctx.round_idx, client_id, epoch, num_samples).to(y_all.device)
+            final_epoch = epoch == plan.local_epochs - 1
+            for start in range(0, num_samples, plan.batch_size):
+                index = order[start : start + plan.batch_size]
+                x, y = x_all[index], y_all[index]
+                ctx.step = step
+                logits = work(x)
+                loss = work.loss(logits, y)
+                total = loss
+                if use_loss_term:
+                    term = hooks.loss_term(ctx, {n: p.unsqueeze(0) for n, p in self._named})
+                    total = total if term is None else total + term.sum()
+                optimizer.zero_grad(set_to_none=True)
+                (scaler.scale(total) if scaler else total).backward()
+                if scaler is not None and (use_grad_fix or use_after_step):
+                    scaler.unscale_(optimizer)
+                if use_grad_fix:
+                    grads = {n: p.grad.unsqueeze(0) for n, p in self._named if p.grad is not None}
+                    hooks.correct_gradients(ctx, self._stacked_params(), grads)
+                before = [p.detach().clone() for _, p in self._named] if use_after_step else None
+                if scaler is not None:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
+                if use_after_step:
+                    with torch.no_grad():
+                        delta = {n: (p - b).unsqueeze(0) for (n, p), b in zip(self._named, before)}
+                        hooks.after_step(ctx, self._stacked_params(), delta)
+                if final_epoch:
+                    with torch.no_grad():
+                        correct += (logits.argmax(1) == y).sum()
+                        loss_sum += loss.detach().float() * len(y)
+                step += 1
+        self.store.save_optimizer_state(client_id, optimizer.state_dict())
+        extra = hooks.end(ctx, self._stacked_params())
+        return float(correct) / num_samples, float(loss_sum) / num_samples, extra
+
+    def _stacked_params(self) -> dict[str, Tensor]:
+        """Detached ``(1, *shape)`` views of the working parameters (in-place edits reach the model)."""
+        return {n: p.detach().unsqueeze(0) for n, p in self._named}

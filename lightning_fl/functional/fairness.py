@@ -1,0 +1,331 @@
+"""Fairness and progress metrics over per-client test results (SPEC section 7).
+
+Pure, torchmetrics-functional style helpers: every function takes plain tensors (or lists) and
+returns tensors, Python scalars or strings; nothing here holds state or logs anything.
+
+Conventions (SPEC section 7, FedFa Information Sciences 2022 Table 2):
+
+* A client's accuracy is ``correct_k / total_k`` on its local test split.
+* Clients with **zero test samples** (tiny clients under an 80/20 split) have no accuracy: they
+  are ``NaN`` in :func:`client_accuracies`, are **excluded** from every unweighted statistic
+  (``acc_mean``, ``acc_worst20``, ``acc_best20``, ``acc_var``, ``acc_std``, ``acc_min``,
+  ``acc_max``, ``jain``; ``N`` below counts only clients with test samples) and carry **weight
+  zero** in ``acc_weighted`` / ``acc_pooled`` (they add nothing to either sum).
+* Accuracies (``acc_mean``, ``acc_weighted``, ``acc_pooled``, ``acc_worst20``, ``acc_best20``,
+  ``acc_min``, ``acc_max``) are fractions in ``[0, 1]``; the spread statistics ``acc_var`` and
+  ``acc_std`` are in **percent** units (percent^2 and percent), as in FedFa Table 2.
+* All arithmetic is done in float64.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "FAIRNESS_KEYS",
+    "client_accuracies",
+    "fairness_csv",
+    "fairness_metrics",
+    "fairness_table",
+    "first_reaching",
+    "tail_count",
+]
+
+#: The keys of :func:`fairness_metrics`, in a stable order (SPEC section 7).
+FAIRNESS_KEYS: tuple[str, ...] = (
+    "acc_mean",
+    "acc_weighted",
+    "acc_pooled",
+    "acc_worst20",
+    "acc_best20",
+    "acc_var",
+    "acc_std",
+    "acc_min",
+    "acc_max",
+    "jain",
+)
+
+#: Column headers of the FedFa Table 2 layout used by :func:`fairness_table` / :func:`fairness_csv`.
+_TABLE_COLUMNS: tuple[str, ...] = ("Method", "Average", "Worst 20%", "Best 20%", "Variance")
+#: Metric key behind each numeric column of the table.
+_TABLE_KEYS: tuple[str, ...] = ("acc_mean", "acc_worst20", "acc_best20", "acc_var")
+
+
+def _as_counts(correct: Tensor | Sequence[float], total: Tensor | Sequence[float]) -> tuple[Tensor, Tensor]:
+    """Validate ``correct`` / ``total`` and return them as float64 1-D tensors."""
+    correct_t = torch.as_tensor(correct).detach().to(device="cpu", dtype=torch.float64)
+    total_t = torch.as_tensor(total).detach().to(device="cpu", dtype=torch.float64)
+    if correct_t.ndim != 1 or total_t.ndim != 1:
+        raise ValueError(
+            f"correct and total must be 1-D (one entry per client), got shapes "
+            f"{tuple(correct_t.shape)} and {tuple(total_t.shape)}"
+        )
+    if correct_t.shape != total_t.shape:
+        raise ValueError(
+            f"correct and total must have the same length, got {correct_t.numel()} and {total_t.numel()}"
+        )
+    if not (torch.isfinite(correct_t).all() and torch.isfinite(total_t).all()):
+        raise ValueError("correct and total must be finite")
+    if (correct_t < 0).any() or (total_t < 0).any():
+        raise ValueError("correct and total must be non-negative")
+    bad = torch.nonzero(correct_t > total_t).flatten().tolist()
+    if bad:
+        raise ValueError(f"correct exceeds total for clients at positions {bad}")
+    return correct_t, total_t
+
+
+def tail_count(n: int) -> int:
+    """Number of clients in a 20% tail: ``ceil(0.2 * n)`` (SPEC section 7).
+
+    Computed in integer arithmetic as ``(n + 4) // 5``, because the float expression
+    ``math.ceil(0.2 * n)`` is wrong for some ``n`` (``0.2 * 15 == 3.0000000000000004``).
+
+    Args:
+        n: Number of clients (with test samples).
+
+    Returns:
+        ``ceil(n / 5)``; ``0`` for ``n == 0``.
+
+    Raises:
+        ValueError: If ``n`` is negative.
+
+    Example:
+        >>> [tail_count(n) for n in (1, 5, 6, 7, 15)]
+        [1, 1, 2, 2, 3]
+    """
+    if n < 0:
+        raise ValueError(f"n must be non-negative, got {n}")
+    return (n + 4) // 5
+
+
+def client_accuracies(correct: Tensor, total: Tensor) -> Tensor:
+    """Per-client test accuracy ``correct_k / total_k`` (SPEC section 7).
+
+    Args:
+        correct: ``(N,)`` number of correctly classified test samples per client (int or float).
+        total: ``(N,)`` number of test samples per client.
+
+    Returns:
+        ``(N,)`` float64 tensor of fractions in ``[0, 1]``; ``NaN`` for clients with
+        ``total_k == 0`` (no test samples, hence no accuracy).
+
+    Raises:
+        ValueError: If the inputs are not 1-D, differ in length, are negative or non-finite, or
+            ``correct_k > total_k`` for some client.
+
+    Example:
+        >>> client_accuracies(torch.tensor([1, 0, 3]), torch.tensor([2, 0, 4]))
+        tensor([0.5000,    nan, 0.7500], dtype=torch.float64)
+    """
+    correct_t, total_t = _as_counts(correct, total)
+    has_samples = total_t > 0
+    safe_total = torch.where(has_samples, total_t, torch.ones_like(total_t))
+    return torch.where(has_samples, correct_t / safe_total, torch.full_like(total_t, math.nan))
+
+
+def fairness_metrics(correct: Tensor, total: Tensor) -> dict[str, float]:
+    """Fairness statistics of the client accuracy distribution (SPEC section 7, FedFa Table 2).
+
+    Let ``a_k = correct_k / total_k`` over the ``N`` clients **with at least one test sample**
+    (clients with ``total_k == 0`` are excluded from the unweighted statistics and have weight 0
+    in the weighted ones), and ``m = ceil(0.2 N)`` (see :func:`tail_count`).
+
+    * ``acc_mean``: ``mean_k a_k`` (unweighted over clients).
+    * ``acc_weighted``: ``sum_k total_k a_k / sum_k total_k`` (weighted by test samples).
+    * ``acc_pooled``: ``sum_k correct_k / sum_k total_k``, the accuracy on the union of the test
+      sets. It equals ``acc_weighted`` by construction (up to rounding); both are returned because
+      SPEC section 7 lists both.
+    * ``acc_worst20`` / ``acc_best20``: mean of the ``m`` lowest / highest ``a_k``.
+    * ``acc_var``: population variance (divide by ``N``) of ``100 a_k``, in percent^2, as the
+      "Variance" column of FedFa Table 2.
+    * ``acc_std``: ``sqrt(acc_var)``, population standard deviation in **percent** (same unit
+      system as ``acc_var``).
+    * ``acc_min`` / ``acc_max``: smallest / largest ``a_k``.
+    * ``jain``: Jain's index ``(sum a_k)^2 / (N sum a_k^2)`` in ``[1/N, 1]``. When every
+      accuracy is 0 the ratio is 0/0; the distribution is then perfectly equal, so ``jain = 1.0``.
+
+    All accuracies are fractions in ``[0, 1]``; only ``acc_var`` / ``acc_std`` are in percent
+    units. Computed in float64.
+
+    Args:
+        correct: ``(N_all,)`` correct test predictions per client.
+        total: ``(N_all,)`` test samples per client (``0`` allowed).
+
+    Returns:
+        Dict with exactly the keys of :data:`FAIRNESS_KEYS`, values as Python floats.
+
+    Raises:
+        ValueError: On malformed inputs (see :func:`client_accuracies`), or if no client has a
+            test sample (every statistic would be undefined).
+
+    Example:
+        >>> m = fairness_metrics(torch.tensor([1, 10, 9, 28, 6]), torch.tensor([10, 20, 10, 40, 20]))
+        >>> m["acc_mean"], m["acc_weighted"], m["acc_worst20"], m["acc_var"]
+        (0.5, 0.54, 0.1, 800.0)
+    """
+    correct_t, total_t = _as_counts(correct, total)
+    has_samples = total_t > 0
+    if not bool(has_samples.any()):
+        raise ValueError(
+            f"no client has test samples (N={total_t.numel()}); fairness metrics are undefined"
+        )
+    acc = correct_t[has_samples] / total_t[has_samples]
+    n = acc.numel()
+    m = tail_count(n)
+    ordered = torch.sort(acc).values
+
+    pooled = correct_t.sum() / total_t.sum()
+    weighted = (total_t[has_samples] * acc).sum() / total_t[has_samples].sum()
+
+    acc_pct = acc * 100.0
+    var_pct = ((acc_pct - acc_pct.mean()) ** 2).mean()
+
+    sum_sq = (acc**2).sum()
+    jain = 1.0 if float(sum_sq) == 0.0 else float(acc.sum() ** 2 / (n * sum_sq))
+
+    return {
+        "acc_mean": float(acc.mean()),
+        "acc_weighted": float(weighted),
+        "acc_pooled": float(pooled),
+        "acc_worst20": float(ordered[:m].mean()),
+        "acc_best20": float(ordered[n - m :].mean()),
+        "acc_var": float(var_pct),
+        "acc_std": math.sqrt(float(var_pct)),
+        "acc_min": float(ordered[0]),
+        "acc_max": float(ordered[-1]),
+        "jain": jain,
+    }
+
+
+def first_reaching(
+    values: Sequence[float] | Tensor,
+    target: float,
+    mode: Literal["max", "min"] = "max",
+) -> int | None:
+    """Index of the first value that reaches ``target`` (rounds-to-target, SPEC section 7).
+
+    With ``mode="max"`` (higher is better, e.g. accuracy) the first ``i`` with
+    ``values[i] >= target``; with ``mode="min"`` (lower is better, e.g. loss) the first ``i`` with
+    ``values[i] <= target``. ``NaN`` values never reach the target. Mapping the index to a round
+    number or wall time (DWFed Table 2, Tempo Table 1) is the caller's job.
+
+    Args:
+        values: 1-D sequence of metric values in evaluation order.
+        target: Threshold to reach.
+        mode: ``"max"`` or ``"min"``.
+
+    Returns:
+        The 0-based index of the first value reaching ``target``, or ``None`` if none does
+        (including for an empty ``values``).
+
+    Raises:
+        ValueError: If ``mode`` is not ``"max"``/``"min"``, ``target`` is NaN, or ``values`` is
+            not 1-D.
+
+    Example:
+        >>> first_reaching([0.2, 0.5, 0.7, 0.9], 0.7)
+        2
+        >>> first_reaching([2.0, 1.0, 0.4], 0.5, mode="min")
+        2
+        >>> first_reaching([0.1, 0.2], 0.5) is None
+        True
+    """
+    if mode not in ("max", "min"):
+        raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+    if math.isnan(float(target)):
+        raise ValueError("target must not be NaN")
+    vals = torch.as_tensor(values, dtype=torch.float64).detach().cpu()
+    if vals.ndim != 1:
+        raise ValueError(f"values must be 1-D, got shape {tuple(vals.shape)}")
+    hit = vals >= target if mode == "max" else vals <= target  # NaN compares False
+    idx = torch.nonzero(hit).flatten()
+    return int(idx[0]) if idx.numel() else None
+
+
+def _row_values(name: str, metrics: Mapping[str, float]) -> tuple[float, ...]:
+    missing = [k for k in _TABLE_KEYS if k not in metrics]
+    if missing:
+        raise KeyError(f"metrics for {name!r} lack keys {missing}")
+    return tuple(float(metrics[k]) for k in _TABLE_KEYS)
+
+
+def fairness_table(rows: Mapping[str, Mapping[str, float]]) -> str:
+    """Markdown table in the layout of FedFa Table 2 (SPEC section 7).
+
+    Columns ``Method | Average | Worst 20% | Best 20% | Variance``: Average / Worst 20% /
+    Best 20% are ``acc_mean`` / ``acc_worst20`` / ``acc_best20`` shown as percentages with two
+    decimals and a ``%`` sign (``0.8911 -> 89.11%``); Variance is ``acc_var`` (already in
+    percent^2) with two decimals. Rows keep the insertion order of ``rows``; a ``|`` in a method
+    name is escaped. Numeric columns are right-aligned.
+
+    Args:
+        rows: Maps a method/run name to a metrics dict from :func:`fairness_metrics` (extra keys
+            are ignored).
+
+    Returns:
+        The table as a string, one line per row, ending with a newline.
+
+    Raises:
+        KeyError: If a metrics dict lacks ``acc_mean``, ``acc_worst20``, ``acc_best20`` or
+            ``acc_var``.
+
+    Example:
+        >>> print(fairness_table({"FedAvg": {"acc_mean": 0.8911, "acc_worst20": 0.7817,
+        ...                                  "acc_best20": 1.0, "acc_var": 68.04}}), end="")
+        | Method | Average | Worst 20% | Best 20% | Variance |
+        | :--- | ---: | ---: | ---: | ---: |
+        | FedAvg | 89.11% | 78.17% | 100.00% | 68.04 |
+    """
+    lines = [
+        "| " + " | ".join(_TABLE_COLUMNS) + " |",
+        "| :--- | " + " | ".join("---:" for _ in _TABLE_COLUMNS[1:]) + " |",
+    ]
+    for name, metrics in rows.items():
+        mean, worst, best, var = _row_values(name, metrics)
+        cells = [
+            str(name).replace("|", "\\|"),
+            f"{100.0 * mean:.2f}%",
+            f"{100.0 * worst:.2f}%",
+            f"{100.0 * best:.2f}%",
+            f"{var:.2f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def fairness_csv(rows: Mapping[str, Mapping[str, float]]) -> str:
+    """CSV version of :func:`fairness_table` with raw values at full precision (SPEC section 7).
+
+    Same columns (``Method,Average,Worst 20%,Best 20%,Variance``) but the numbers are the raw
+    metric values, unscaled and unrounded (``repr`` of the float, which round-trips exactly):
+    Average / Worst 20% / Best 20% are **fractions** in ``[0, 1]`` (``acc_mean``,
+    ``acc_worst20``, ``acc_best20``) and Variance is ``acc_var`` in percent^2.
+
+    Args:
+        rows: Maps a method/run name to a metrics dict from :func:`fairness_metrics`.
+
+    Returns:
+        CSV text with a header line, ``\\n`` line endings and a trailing newline.
+
+    Raises:
+        KeyError: If a metrics dict lacks one of the table's keys.
+
+    Example:
+        >>> print(fairness_csv({"FedAvg": {"acc_mean": 0.5, "acc_worst20": 0.1,
+        ...                                "acc_best20": 0.9, "acc_var": 800.0}}), end="")
+        Method,Average,Worst 20%,Best 20%,Variance
+        FedAvg,0.5,0.1,0.9,800.0
+    """
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(_TABLE_COLUMNS)
+    for name, metrics in rows.items():
+        writer.writerow([str(name), *(repr(v) for v in _row_values(name, metrics))])
+    return buf.getvalue()

@@ -1,0 +1,308 @@
+"""FederatedLoop: a LightningModule whose training step is one communication round."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning import LightningModule
+from pytorch_lightning.cli import OptimizerCallable
+from pytorch_lightning.loggers import TensorBoardLogger
+from torch import Tensor
+from typing_extensions import override
+
+from datamodules.base import FederatedDataModule
+from lightning_fl.client_state import ClientStateStore
+from lightning_fl.engines import ENGINES, ClientEngine, ClientHookSet, CohortUpdate, LocalTrainingPlan
+from lightning_fl.evaluation import ClientEvaluation, evaluate_segments
+from lightning_fl.flat_state import FlatStateLayout
+from lightning_fl.models.base import ClientModule
+from lightning_fl.sampling import SAMPLING_MODES, ClientSampler
+from lightning_fl.seeding import derive_seed
+from lightning_fl.validation import ConfigError, DivergenceError, check_choice, check_positive
+
+SUPPORTED_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
+
+
+class FederatedLoop(LightningModule):
+    """Runs federated training under a Lightning ``Trainer``: one epoch is one communication round.
+
+    Each training step samples a cohort, has the client engine train every member from the global
+    model ``w^t`` (the wrapped ``client`` module), hands the stacked results to the run's one
+    aggregation callback, checks the new global weights, and calls the callbacks' round hooks
+    (SPEC section 1). ``--trainer.max_epochs`` is the number of rounds; validation evaluates the
+    global model on every client's test split every ``check_val_every_n_epoch`` rounds.
+
+    TensorBoard steps are round numbers: values logged at step ``r`` describe the global model after
+    ``r`` completed rounds (round index ``t = r - 1`` in the hooks).
+
+    Args:
+        client: The per-client model (a :class:`~lightning_fl.models.ClientModule`); its weights are the
+            global model.
+        optimizer: The client optimizer, e.g. ``torch.optim.SGD`` with ``lr`` and ``momentum`` from the
+            config (client-side momentum lives here).
+        clients_per_round: ``K``, the cohort size (ignored with ``sampling: all``).
+        local_epochs: ``E``, local epochs per round.
+        batch_size: ``B``, local minibatch size.
+        sampling: ``uniform``, ``by_samples`` or ``all`` (SPEC section 1).
+        seed: Seed of cohort sampling, batch order and model initialisation.
+        engine: Client engine: ``sequential``.
+        keep_client_optimizer_state: Keep each client's optimizer state between its participations.
+        eval_batch_size: Samples per forward pass when evaluating all clients.
+
+    Raises:
+        ConfigError: On an invalid value, before training starts.
+
+    Example (YAML)::
+
+        model:
+          client: {class_path: lightning_fl.models.LogisticRegression, init_args: {in_features: 60}}
+          optimizer: {class_path: torch.optim.SGD, init_args: {lr: 0.01}}
+          clients_per_round: 10
+    """
+
+    def __init__(
+        self,
+        client: ClientModule,
+        optimizer: OptimizerCallable = torch.optim.SGD,
+        clients_per_round: int = 10,
+        local_epochs: int = 1,
+        batch_size: int = 10,
+        sampling: str = "uniform",
+        seed: int = 0,
+        engine: str = "sequential",
+        keep_client_optimizer_state: bool = False,
+        eval_batch_size: int = 4096,
+    ) -> None:
+        super().__init__()
+        if not isinstance(client, ClientModule):
+            raise ConfigError(f"client must be a lightning_fl.models.ClientModule; got {type(client).__name__}")
+        check_positive("clients_per_round", clients_per_round, integer=True)
+        check_positive("local_epochs", local_epochs, integer=True)
+        check_positive("batch_size", batch_size, integer=True)
+        check_positive("eval_batch_size", eval_batch_size, integer=True)
+        check_choice("sampling", sampling, SAMPLING_MODES)
+        check_choice("engine", engine, tuple(ENGINES))
+        self.client_lr, self.client_momentum = _probe_optimizer(optimizer)
+        self.automatic_optimization = False
+        self.model = client
+        self.optimizer_factory = optimizer
+        self.clients_per_round = clients_per_round
+        self.local_epochs = local_epochs
+        self.batch_size = batch_size
+        self.sampling = sampling
+        self.seed = seed
+        self.engine_name = engine
+        self.keep_client_optimizer_state = keep_client_optimizer_state
+        self.eval_batch_size = eval_batch_size
+        self.rounds_completed = 0
+        self.last_evaluation: ClientEvaluation | None = None
+        self.last_update: CohortUpdate | None = None
+
+    # ------------------------------------------------------------------ set-up
+    @override
+    def configure_callbacks(self) -> list[pl.Callback]:
+        from callbacks.base import AggregationCallback
+        from callbacks.fairness_metrics import FairnessMetrics
+        from callbacks.fedavg import FedAvg
+
+        existing = self.trainer.callbacks
+        aggregators = [c for c in existing if isinstance(c, AggregationCallback)]
+        if len(aggregators) > 1:
+            names = ", ".join(type(c).__name__ for c in aggregators)
+            raise ConfigError(f"trainer.callbacks must contain at most one aggregation callback; got {names}")
+        added: list[pl.Callback] = [] if aggregators else [FedAvg()]
+        if not any(isinstance(c, FairnessMetrics) for c in existing):
+            added.append(FairnessMetrics())
+        return added
+
+    @override
+    def setup(self, stage: str) -> None:
+        datamodule = self.trainer.datamodule
+        if not isinstance(datamodule, FederatedDataModule):
+            raise ConfigError("data must be a datamodules.FederatedDataModule (e.g. datamodules.SyntheticDataModule)")
+        datamodule.setup(stage)
+        data = datamodule.data
+        if tuple(data.input_shape) != self.model.input_shape:
+            raise ConfigError(f"model.client input shape {self.model.input_shape} does not match the data's"
+                              f" {tuple(data.input_shape)}; set the client's in_features/input size accordingly")
+        if data.num_classes != self.model.num_classes:
+            raise ConfigError(f"model.client num_classes must be {data.num_classes} (the data's); got"
+                              f" {self.model.num_classes}")
+        precision = str(self.trainer.precision)
+        check_choice("trainer.precision", precision, SUPPORTED_PRECISIONS)
+        if precision == "16-mixed" and self.trainer.strategy.root_device.type != "cuda":
+            raise ConfigError("trainer.precision 16-mixed needs a GPU; use bf16-mixed or 32-true on CPU")
+        self.data = data.to(self.trainer.strategy.root_device)
+        self.sampler = ClientSampler(data.num_clients, self.clients_per_round, self.sampling, self.seed,
+                                     data.train_sizes())
+        self.store = ClientStateStore(data.num_clients, self.keep_client_optimizer_state)
+        self.layout = FlatStateLayout(self.model.state_dict())
+        plan = LocalTrainingPlan(self.optimizer_factory, self.local_epochs, self.batch_size, self.seed,
+                                 self.client_lr, precision)
+        self.engine: ClientEngine = ENGINES[self.engine_name](plan)
+
+    @override
+    def on_fit_start(self) -> None:
+        from callbacks.base import AggregationCallback, FederatedCallback
+
+        self.engine.setup(self.model, self.data, self.store)
+        self.hooks = ClientHookSet(self.trainer.callbacks)
+        self.aggregator = next(c for c in self.trainer.callbacks if isinstance(c, AggregationCallback))
+        self.federated_callbacks = [c for c in self.trainer.callbacks if isinstance(c, FederatedCallback)]
+        if self.rounds_completed == 0:
+            self._log_partition()
+
+    @override
+    def configure_optimizers(self) -> None:
+        # Client optimizers are built per client by the engine from `optimizer`; the loop has none.
+        return None
+
+    # ------------------------------------------------------------------ one round
+    @override
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        round_idx = self.current_epoch
+        started = time.perf_counter()
+        torch.manual_seed(derive_seed(self.seed, "torch", round_idx))  # dropout etc. replay on resume
+        client_ids = self.sampler.sample(round_idx)
+        participation = self.store.record_participation(client_ids, round_idx)
+        for callback in self.federated_callbacks:
+            callback.on_round_start(self.trainer, self, round_idx, client_ids)
+        update = self.engine.train_cohort(round_idx, client_ids, participation, self.hooks)
+        self._stop_if_diverged(update)
+        self._apply_aggregation(round_idx, update)
+        self.rounds_completed = round_idx + 1
+        self.last_update = update
+        weights = update.num_samples.double() / update.num_samples.sum()
+        self.log_round({
+            "train/loss": float((weights * update.train_loss).sum()),
+            "train/acc": float((weights * update.train_acc).sum()),
+            "round/seconds": time.perf_counter() - started,
+            "round/clients": float(len(client_ids)),
+        }, prog_bar=("train/loss",))
+        for callback in self.federated_callbacks:
+            callback.on_round_end(self.trainer, self, round_idx, update)
+
+    def _apply_aggregation(self, round_idx: int, update: CohortUpdate) -> None:
+        state = self.model.state_dict()
+        # Server-side math is fp32 whatever the training precision (SPEC section 1).
+        with torch.autocast(self.device.type, enabled=False), torch.no_grad():
+            global_w = self.layout.flatten(state)
+            new_w = self.aggregator.aggregate(self.trainer, self, round_idx, global_w, update)
+            if not bool(torch.isfinite(new_w).all()):
+                raise DivergenceError(
+                    f"round {round_idx}: {type(self.aggregator).__name__} produced non-finite global weights from"
+                    f" clients {update.client_ids.tolist()}; stopping before the global model or any checkpoint"
+                    " is overwritten")
+            self.layout.load_into(new_w, state)
+            for name, value in update.int_state.items():
+                state[name].copy_(value)
+
+    def _stop_if_diverged(self, update: CohortUpdate) -> None:
+        bad = update.first_non_finite_client()
+        if bad is not None:
+            client_id, what = bad
+            raise DivergenceError(
+                f"round {update.round_idx}: client {client_id} diverged ({what}); stopping before aggregation, so"
+                " the global model and saved checkpoints are untouched (lower the client lr?)")
+
+    # ------------------------------------------------------------------ evaluation
+    @override
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._evaluate("val")
+
+    @override
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._evaluate("test")
+
+    @override
+    def on_validation_epoch_end(self) -> None:
+        if not self.trainer.sanity_checking:
+            self._dispatch_evaluation()
+
+    @override
+    def on_test_epoch_end(self) -> None:
+        self._dispatch_evaluation()
+
+    def _evaluate(self, stage: str) -> None:
+        data = self.data
+        correct, total, loss_sum = evaluate_segments(self.model, data.x_test, data.y_test, data.test_offsets,
+                                                     self.eval_batch_size)
+        self.last_evaluation = ClientEvaluation(stage, self.rounds_completed, correct, total, loss_sum)
+
+    def _dispatch_evaluation(self) -> None:
+        from callbacks.base import FederatedCallback
+
+        evaluation = self.last_evaluation
+        self.log_round({f"{evaluation.stage}/loss": evaluation.pooled_loss}, step=evaluation.round_number)
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, FederatedCallback):
+                callback.on_clients_evaluated(self.trainer, self, self.rounds_completed - 1, evaluation)
+
+    # ------------------------------------------------------------------ logging
+    def log_round(self, metrics: dict[str, float], step: int | None = None, prog_bar: tuple[str, ...] = (),
+                  callback_metrics: bool = True) -> None:
+        """Log scalars to every logger with the round number as the step, and to ``callback_metrics``.
+
+        Args:
+            metrics: Name to value.
+            step: The step; defaults to the number of completed rounds.
+            prog_bar: Names also shown in the progress bar.
+            callback_metrics: Also record the values for ModelCheckpoint/EarlyStopping/progress bar;
+                only possible from hooks where ``LightningModule.log`` is allowed.
+        """
+        step = self.rounds_completed if step is None else step
+        for logger in self.loggers:
+            logger.log_metrics(metrics, step=step)
+        for name, value in metrics.items() if callback_metrics else ():
+            # logger=False: the loggers above already got the value with the round as step.
+            self.log(name, float(value), logger=False, prog_bar=name in prog_bar, batch_size=1)
+
+    def tensorboard(self) -> list[Any]:
+        """The ``SummaryWriter`` of every TensorBoard logger (for histograms, images, figures)."""
+        return [logger.experiment for logger in self.loggers if isinstance(logger, TensorBoardLogger)]
+
+    def _log_partition(self) -> None:
+        datamodule = self.trainer.datamodule
+        for writer in self.tensorboard():
+            writer.add_figure("data/label_distribution", datamodule.partition_figure(), 0)
+            summary = datamodule.partition_summary()
+            writer.add_text("data/summary", "\n".join(f"- {k}: {v}" for k, v in summary.items()), 0)
+
+    # ------------------------------------------------------------------ checkpoints
+    @override
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["federated"] = {
+            "rounds_completed": self.rounds_completed,
+            "sampler": self.sampler.state_dict(),
+            "clients": self.store.state_dict(),
+        }
+
+    @override
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint["federated"]
+        self.rounds_completed = state["rounds_completed"]
+        self.sampler.load_state_dict(state["sampler"])
+        self.store.load_state_dict(state["clients"])
+
+
+def _probe_optimizer(optimizer: OptimizerCallable) -> tuple[float, float]:
+    """Build the client optimizer on a dummy parameter to validate it and read ``lr`` and ``momentum``."""
+    try:
+        probe = optimizer([torch.nn.Parameter(torch.zeros(1))])
+    except (TypeError, ValueError) as err:
+        # torch says e.g. "Invalid learning rate: -1.0" / "Invalid momentum value: -0.5".
+        message = str(err)
+        for phrase, field, bound in (("learning rate", "lr", "> 0"), ("momentum", "momentum", ">= 0"),
+                                     ("weight_decay", "weight_decay", ">= 0")):
+            if phrase in message:
+                value = message.rsplit(":", 1)[-1].strip()
+                raise ConfigError(f"optimizer.init_args.{field} must be a number {bound}; got {value}") from None
+        raise ConfigError(f"optimizer: {message}") from None
+    lr = probe.defaults.get("lr")
+    lr = float(lr) if isinstance(lr, (int, float, Tensor)) else None
+    if lr is None or not lr > 0 or lr != lr:
+        raise ConfigError(f"optimizer.init_args.lr must be a number > 0; got {probe.defaults.get('lr')!r}")
+    return lr, float(probe.defaults.get("momentum", 0.0) or 0.0)

@@ -1,0 +1,36 @@
+"""Fully connected client model."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+from typing_extensions import override
+
+from lightning_fl.models.base import ClientModule
+from lightning_fl.validation import check_positive
+
+
+class MLP(ClientModule):
+    """Fully connected network with ReLU hidden layers.
+
+    Args:
+        in_features: Input dimension.
+        num_classes: Number of classes.
+        hidden: Width of each hidden layer.
+    """
+
+    def __init__(self, in_features: int = 60, num_classes: int = 10, hidden: tuple[int, ...] = (200, 200)) -> None:
+        check_positive("in_features", in_features, integer=True)
+        for width in hidden:
+            check_positive("hidden", width, integer=True)
+        super().__init__(num_classes, (in_features,))
+        layers: list[nn.Module] = []
+        width_in = in_features
+        for width in hidden:
+            layers += [nn.Linear(width_in, width), nn.ReLU()]
+            width_in = width
+        layers.append(nn.Linear(width_in, num_classes))
+        self.net = nn.Sequential(*layers)
+
+    @override
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x.flatten(1))

@@ -1,0 +1,48 @@
+"""One-line configuration errors, raised before training starts.
+
+Every check names the configuration field and what it accepts, so a researcher who mistypes a
+YAML value sees ``error: clients_per_round must be between 1 and 30 (the number of clients); got 40``
+instead of a stack trace from the middle of round 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """Invalid configuration value. The message is a single line naming the field."""
+
+
+class DivergenceError(RuntimeError):
+    """A client update, loss or aggregate became NaN/inf; the message names the round and client."""
+
+
+def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:
+    """Raise ``ConfigError`` unless ``value`` is one of ``allowed``."""
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise ConfigError(f"{name} must be one of {', '.join(map(str, allowed))}; got {value!r}")
+
+
+def check_positive(name: str, value: float, *, integer: bool = False) -> None:
+    """Raise ``ConfigError`` unless ``value`` is a finite number > 0 (an int when ``integer``)."""
+    if integer and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ConfigError(f"{name} must be an integer >= 1; got {value!r}")
+    if not integer and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ConfigError(f"{name} must be a finite number > 0; got {value!r}")
+
+
+def check_range(name: str, value: float, low: float, high: float, *, what: str = "") -> None:
+    """Raise ``ConfigError`` unless ``low <= value <= high``; ``what`` explains the bound."""
+    if not (isinstance(value, (int, float)) and low <= value <= high):
+        suffix = f" ({what})" if what else ""
+        raise ConfigError(f"{name} must be between {low} and {high}{suffix}; got {value!r}")
+
+
+def check_non_negative(name: str, value: float) -> None:
+    """Raise ``ConfigError`` unless ``value`` is a finite number >= 0."""
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+        raise ConfigError(f"{name} must be a finite number >= 0; got {value!r}")

@@ -1,0 +1,78 @@
+"""Shared fixtures: tiny federated configs that run in about a second each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from lightning_fl.cli import main
+
+torch.set_num_threads(1)  # deterministic and fast on CI's 2 cores
+
+
+def tiny_config(log_dir: Path, **overrides: Any) -> dict[str, Any]:
+    """A 6-client Synthetic(1,1) run of 4 rounds with evaluation every 2 rounds."""
+    config: dict[str, Any] = {
+        "seed_everything": 0,
+        "trainer": {
+            "max_epochs": 4,
+            "check_val_every_n_epoch": 2,
+            "accelerator": "cpu",
+            "enable_model_summary": False,
+            "logger": {"class_path": "pytorch_lightning.loggers.TensorBoardLogger",
+                       "init_args": {"save_dir": str(log_dir), "name": "run"}},
+            "callbacks": [
+                {"class_path": "callbacks.FedAvg"},
+                {"class_path": "callbacks.FairnessMetrics"},
+                {"class_path": "callbacks.RoundProgressBar"},
+                {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+                 "init_args": {"save_last": True, "save_top_k": 0}},
+            ],
+        },
+        "model": {
+            "client": {"class_path": "lightning_fl.models.LogisticRegression",
+                       "init_args": {"in_features": 60, "num_classes": 10}},
+            "optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.05}},
+            "clients_per_round": 3,
+            "local_epochs": 2,
+            "batch_size": 10,
+        },
+        "data": {"class_path": "datamodules.SyntheticDataModule",
+                 "init_args": {"variant": "1_1", "num_clients": 6, "max_samples_per_client": 80}},
+    }
+    for dotted, value in overrides.items():
+        node = config
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    return config
+
+
+def write_config(path: Path, config: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def run_cli(*args: str) -> int:
+    """Run ``python -m lightning_fl`` in-process; returns the exit code (0 when it returns normally)."""
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+@pytest.fixture
+def tiny(tmp_path: Path):
+    """Factory: ``tiny(**overrides)`` writes a config and returns its path."""
+    counter = iter(range(1000))
+
+    def make(**overrides: Any) -> Path:
+        return write_config(tmp_path / f"config_{next(counter)}.yaml", tiny_config(tmp_path / "logs", **overrides))
+
+    return make

@@ -1,0 +1,232 @@
+"""Tests for datamodules.partition (SPEC section 8)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from datamodules.partition import (
+    PARTITIONS,
+    make_partition,
+    partition_dirichlet,
+    partition_iid,
+    partition_quantity,
+    partition_shards,
+    split_train_test,
+)
+
+
+def gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def balanced_labels(num_classes: int, per_class: int) -> torch.Tensor:
+    return torch.arange(num_classes).repeat_interleave(per_class)
+
+
+def assert_disjoint_cover(parts: list[torch.Tensor], n: int) -> None:
+    """Every index in range(n) appears exactly once, each client's list sorted."""
+    for p in parts:
+        assert p.dtype == torch.long
+        assert torch.equal(p, p.sort().values)
+    joined = torch.cat(parts)
+    assert len(joined) == n
+    assert torch.equal(joined.sort().values, torch.arange(n))
+
+
+def emd(labels: torch.Tensor, parts: list[torch.Tensor], num_classes: int) -> np.ndarray:
+    """Independent numpy computation of sum_c |p_k(c) - P(c)|."""
+    y = labels.numpy()
+    population = np.bincount(y, minlength=num_classes) / len(y)
+    out = []
+    for p in parts:
+        counts = np.bincount(y[p.numpy()], minlength=num_classes)
+        out.append(np.abs(counts / counts.sum() - population).sum())
+    return np.array(out)
+
+
+# ----------------------------------------------------------------------------- iid
+def test_iid_cover_and_sizes():
+    parts = partition_iid(103, 10, gen())
+    assert_disjoint_cover(parts, 103)
+    # 103 = 10 * 10 + 3: three clients of 11, seven of 10
+    assert sorted(len(p) for p in parts) == [10] * 7 + [11] * 3
+
+
+def test_same_seed_same_partition_other_seed_differs():
+    labels = balanced_labels(5, 40)
+    for name, options in [
+        ("iid", {}),
+        ("dirichlet", {"alpha": 0.5, "min_size": 2}),
+        ("shards", {"classes_per_client": 2}),
+        ("quantity", {"sigma": 1.0}),
+    ]:
+        a = make_partition(name, labels, 10, gen(1), **options)
+        b = make_partition(name, labels, 10, gen(1), **options)
+        c = make_partition(name, labels, 10, gen(2), **options)
+        assert all(torch.equal(x, y) for x, y in zip(a, b)), name
+        assert not all(torch.equal(x, y) for x, y in zip(a, c)), name
+
+
+# ----------------------------------------------------------------------------- dirichlet
+def test_dirichlet_covers_and_respects_min_size():
+    labels = balanced_labels(10, 50)
+    parts = partition_dirichlet(labels, 20, 0.3, gen(), min_size=8)
+    assert_disjoint_cover(parts, 500)
+    assert min(len(p) for p in parts) >= 8
+
+
+def test_dirichlet_huge_alpha_is_near_uniform():
+    # alpha = 1e4: each class's proportions are 0.1 +- ~0.001, so every client gets 20 +- 1 samples of
+    # each of the 10 classes (floor rounding moves at most one sample across a cut). Then
+    # |p_k(c) - 0.1| <= ~2/200 per class and the EMD is at most ~0.1; a skewed split is far above.
+    labels = balanced_labels(10, 200)
+    parts = partition_dirichlet(labels, 10, 1e4, gen(), min_size=1)
+    assert_disjoint_cover(parts, 2000)
+    assert emd(labels, parts, 10).max() < 0.15
+    assert all(abs(len(p) - 200) <= 20 for p in parts)
+
+
+def test_dirichlet_tiny_alpha_is_skewed():
+    # alpha = 0.01: each class lands (almost) entirely on one of the 5 clients, so a client holds
+    # about 20 / 5 = 4 of the 20 equally frequent classes. A client holding m whole classes has
+    # EMD 2 (1 - m / 20): 1.6 for m = 4. IID clients would be near 0; require a mean above 1.
+    labels = balanced_labels(20, 30)
+    parts = partition_dirichlet(labels, 5, 0.01, gen(), min_size=1)
+    assert_disjoint_cover(parts, 600)
+    assert emd(labels, parts, 20).mean() > 1.0
+
+
+def test_dirichlet_gives_up_with_one_line_error():
+    # 2 classes, 10 clients, alpha 1e-3: each class goes to ~one client, so 8+ clients stay empty.
+    labels = balanced_labels(2, 100)
+    with pytest.raises(ValueError, match="min_size") as err:
+        partition_dirichlet(labels, 10, 1e-3, gen(), min_size=10, max_tries=20)
+    assert "\n" not in str(err.value)
+
+
+# ----------------------------------------------------------------------------- shards
+def test_shards_one_class_per_client_with_unequal_counts():
+    labels = torch.tensor([0] * 7 + [1] * 5 + [2] * 9 + [3] * 3)
+    parts = partition_shards(labels, 8, 1, gen(3))
+    assert_disjoint_cover(parts, 24)
+    for p in parts:
+        assert labels[p].unique().numel() == 1
+    # By hand (D'Hondt, shards start at one per class, the next goes to the class with the largest
+    # shards): counts 7, 5, 9, 3 -> shards 2, 2, 3, 1 -> sizes {4, 3}, {3, 2}, {3, 3, 3}, {3}.
+    assert sorted(len(p) for p in parts) == [2, 3, 3, 3, 3, 3, 3, 4]
+    assert sorted(int(labels[p][0]) for p in parts) == [0, 0, 1, 1, 2, 2, 2, 3]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_shards_two_distinct_classes_per_client(seed):
+    # 10 classes x 20 samples, 10 clients x 2 shards: 20 shards of 10 samples, 2 per class.
+    labels = balanced_labels(10, 20)
+    parts = partition_shards(labels, 10, 2, gen(seed))
+    assert_disjoint_cover(parts, 200)
+    for p in parts:
+        assert len(p) == 20
+        assert labels[p].unique().numel() == 2
+        assert sorted(torch.bincount(labels[p]).tolist())[-2:] == [10, 10]
+
+
+def test_shards_errors_name_the_field():
+    labels = balanced_labels(10, 5)
+    with pytest.raises(ValueError, match=r"^classes_per_client must be between 1 and 10"):
+        partition_shards(labels, 5, 11, gen())
+    with pytest.raises(ValueError, match=r"^classes_per_client must be between 1 and 10"):
+        partition_shards(labels, 5, 0, gen())
+    with pytest.raises(ValueError, match=r"num_clients \* classes_per_client must be between 10 .* got 3 \* 2 = 6"):
+        partition_shards(labels, 3, 2, gen())
+
+
+# ----------------------------------------------------------------------------- quantity
+@pytest.mark.parametrize("distribution", ["lognormal", "power_law"])
+def test_quantity_cover_and_min_size(distribution):
+    parts = partition_quantity(1000, 30, gen(), distribution=distribution, min_size=5)
+    assert_disjoint_cover(parts, 1000)
+    sizes = [len(p) for p in parts]
+    assert min(sizes) >= 5
+    assert max(sizes) > 2 * min(sizes)  # visibly skewed
+
+
+def test_quantity_sigma_controls_spread():
+    # lognormal(0, 0.05) weights of 30 clients lie within exp(+-3 * 0.05) ~ [0.86, 1.16] of each other,
+    # so sizes differ by < 40%; with sigma = 2 the largest/smallest ratio is typically in the hundreds.
+    narrow = [len(p) for p in partition_quantity(3000, 30, gen(), sigma=0.05)]
+    wide = [len(p) for p in partition_quantity(3000, 30, gen(), sigma=2.0)]
+    assert max(narrow) / min(narrow) < 1.4
+    assert max(wide) / min(wide) > 10
+
+
+def test_quantity_labels_are_iid():
+    # Sizes are skewed but samples are a random permutation: a big client's label mix matches the
+    # population (EMD of a 300+ sample draw from 4 balanced classes is ~0.1).
+    labels = balanced_labels(4, 500)
+    parts = partition_quantity(2000, 5, gen(), sigma=0.5, min_size=300)
+    assert emd(labels, parts, 4).max() < 0.25
+
+
+# ----------------------------------------------------------------------------- train/test split
+def test_split_train_test_sizes_and_disjointness():
+    idx = torch.arange(100, 150)
+    train, test = split_train_test(idx, 0.2, gen())
+    assert (len(train), len(test)) == (40, 10)
+    assert torch.equal(torch.cat([train, test]).sort().values, idx)
+    train1, test1 = split_train_test(torch.tensor([7]), 0.2, gen())
+    assert train1.tolist() == [7] and test1.numel() == 0
+    train2, test2 = split_train_test(torch.tensor([3, 4]), 0.9, gen())  # never empties the train split
+    assert len(train2) == 1 and len(test2) == 1
+    assert split_train_test(idx, 0.0, gen())[1].numel() == 0
+
+
+@pytest.mark.parametrize("bad", [1.0, -0.1, 2])
+def test_split_train_test_rejects_fraction(bad):
+    with pytest.raises(ValueError, match=r"^test_fraction must be a number in \[0, 1\)"):
+        split_train_test(torch.arange(5), bad, gen())
+
+
+# ----------------------------------------------------------------------------- registry
+def test_registry_names():
+    assert PARTITIONS == ("iid", "dirichlet", "shards", "quantity")
+
+
+def test_make_partition_unknown_name():
+    with pytest.raises(ValueError) as err:
+        make_partition("foo", torch.zeros(10, dtype=torch.long), 2, gen())
+    assert str(err.value) == "partition must be one of iid, dirichlet, shards, quantity; got 'foo'"
+
+
+@pytest.mark.parametrize(
+    ("name", "num_clients", "options", "field"),
+    [
+        ("dirichlet", 2, {"alpha": 0.0}, "alpha"),
+        ("dirichlet", 2, {"alpha": -1.0}, "alpha"),
+        ("dirichlet", 2, {"alpha": float("nan")}, "alpha"),
+        ("dirichlet", 4, {"alpha": 1.0, "min_size": 6}, "min_size"),  # 4 * 6 > 20 samples
+        ("dirichlet", 2, {}, "alpha"),  # missing
+        ("shards", 2, {"classes_per_client": 5}, "classes_per_client"),  # 4 classes present
+        ("shards", 2, {}, "classes_per_client"),  # missing
+        ("quantity", 2, {"distribution": "zipf"}, "distribution"),
+        ("quantity", 2, {"sigma": 0}, "sigma"),
+        ("quantity", 2, {"power": -1}, "power"),
+        ("iid", 0, {}, "num_clients"),
+        ("iid", 21, {}, "num_clients"),
+        ("iid", 2, {"alpha": 0.5}, "alpha"),  # not an iid option
+    ],
+)
+def test_make_partition_errors_are_one_line_and_name_the_field(name, num_clients, options, field):
+    labels = balanced_labels(4, 5)
+    with pytest.raises(ValueError) as err:
+        make_partition(name, labels, num_clients, gen(), **options)
+    message = str(err.value)
+    assert "\n" not in message
+    assert field in message
+
+
+def test_make_partition_matches_direct_call():
+    labels = balanced_labels(4, 25)
+    via_registry = make_partition("dirichlet", labels, 5, gen(9), alpha=0.7, min_size=3)
+    direct = partition_dirichlet(labels, 5, 0.7, gen(9), min_size=3)
+    assert all(torch.equal(a, b) for a, b in zip(via_registry, direct))

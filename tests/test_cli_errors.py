@@ -1,0 +1,71 @@
+"""Bad input fails before training with one line; a diverging run stops and keeps its checkpoints."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+AGGREGATORS_TWICE = [{"class_path": "callbacks.FedAvg"}, {"class_path": "callbacks.FedProx"}]
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ({"model.clients_per_round": 40}, "clients_per_round must be between 1 and 6 (the number of clients); got 40"),
+    ({"model.local_epochs": 0}, "local_epochs must be an integer >= 1; got 0"),
+    ({"model.batch_size": -3}, "batch_size must be an integer >= 1; got -3"),
+    ({"model.sampling": "random"}, "sampling must be one of uniform, by_samples, all; got 'random'"),
+    ({"model.optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": -0.1}}},
+     "optimizer.init_args.lr must be a number > 0; got -0.1"),
+    ({"data": {"class_path": "datamodules.SyntheticDataModule", "init_args": {"variant": "2_2"}}},
+     "variant must be one of 0_0, 0.5_0.5, 1_1, iid; got '2_2'"),
+    ({"data": {"class_path": "datamodules.DigitsDataModule", "init_args": {"partition": "zipf"}}},
+     "partition must be one of iid, dirichlet, shards, quantity; got 'zipf'"),
+    ({"data": {"class_path": "datamodules.DigitsDataModule", "init_args": {"partition": "dirichlet",
+                                                                           "dirichlet_alpha": -1.0}}},
+     "dirichlet_alpha"),
+    ({"data": {"class_path": "datamodules.SyntheticDataModule", "init_args": {"test_fraction": 1.5}}},
+     "test_fraction"),
+    ({"model.client": {"class_path": "lightning_fl.models.LogisticRegression", "init_args": {"in_features": 784}}},
+     "model.client input shape (784,) does not match the data's (60,)"),
+    ({"trainer.callbacks": AGGREGATORS_TWICE}, "at most one aggregation callback; got FedAvg, FedProx"),
+    ({"trainer.callbacks": [{"class_path": "callbacks.FedProx", "init_args": {"mu": -1.0}}]},
+     "mu must be a finite number >= 0; got -1.0"),
+])
+def test_bad_config_fails_before_training_with_one_line(tiny, tmp_path, capsys, override, message):
+    assert run_cli("fit", "--config", str(tiny(**override))) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and message in err[-1]
+    assert not list((tmp_path / "logs").rglob("*.ckpt"))
+
+
+def test_error_is_one_line_from_the_shell(tiny):
+    proc = subprocess.run([sys.executable, "-m", "lightning_fl", "fit", "--config", str(tiny()),
+                           "--model.clients_per_round", "7"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: clients_per_round must be between 1 and 6 (the number of clients); got 7")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_divergence_names_round_and_client_and_keeps_checkpoint(tiny, tmp_path, capsys):
+    config = tiny(**{"trainer.max_epochs": 2})
+    assert run_cli("fit", "--config", str(config)) == 0
+    last = tmp_path / "logs" / "run" / "version_0" / "checkpoints" / "last.ckpt"
+    before = _digest(last)
+    # Resume the good run with an absurd learning rate: round index 2 (the third round) must blow up.
+    code = run_cli("fit", "--config", str(config), "--trainer.max_epochs", "4", "--ckpt_path", str(last),
+                   "--trainer.logger.init_args.version", "0",
+                   "--model.optimizer.init_args.lr", "1e38")
+    assert code == 1
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("error: round 2: client ") and "diverged" in line
+    assert _digest(last) == before
