@@ -12,10 +12,10 @@ The generator follows the FedProx reference code (``data/synthetic_*/generate_*.
 * IID: one ``W, b ~ N(0, 1)`` shared by all users and ``v_k = 0``.
 
 Randomness (``np.random.default_rng(seed)``, so numbers differ from FedProx's legacy global RNG but
-the distribution is identical) is drawn in this order: the ``d``-independent sizes
+the distribution is identical) is drawn in this order: the sizes
 (``rng.lognormal(4, 2, N)``), ``u`` (``rng.normal(0, alpha, N)``), ``B`` (``rng.normal(0, beta, N)``),
-then for non-IID per user ``v_k`` and after that per user ``W_k``, ``b_k``; for IID the shared
-``W`` then ``b``. The inputs of user ``k`` come from a separate stream
+then for non-IID ``v_k`` for every user followed by ``W_k``, ``b_k`` user by user (FedProx
+also draws all ``v_k`` first); for IID the shared ``W`` then ``b``. The inputs of user ``k`` come from a separate stream
 ``np.random.default_rng([seed, k])``, so capping one user's size (``max_samples_per_client``) only
 truncates that user's samples (a prefix of the uncapped draw) and changes nothing else.
 """

@@ -15,7 +15,14 @@ from typing_extensions import override
 
 from datamodules.base import FederatedDataModule
 from lightning_fl.client_state import ClientStateStore
-from lightning_fl.engines import ENGINES, ClientEngine, ClientHookSet, CohortUpdate, LocalTrainingPlan
+from lightning_fl.engines import (
+    ENGINE_CHOICES,
+    ClientEngine,
+    ClientHookSet,
+    CohortUpdate,
+    LocalTrainingPlan,
+    build_engine,
+)
 from lightning_fl.evaluation import ClientEvaluation, evaluate_segments
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.models.base import ClientModule
@@ -48,7 +55,8 @@ class FederatedLoop(LightningModule):
         batch_size: ``B``, local minibatch size.
         sampling: ``uniform``, ``by_samples`` or ``all`` (SPEC section 1).
         seed: Seed of cohort sampling, batch order and model initialisation.
-        engine: Client engine: ``sequential``.
+        engine: Client engine (see :func:`lightning_fl.engines.build_engine`): ``sequential``.
+        max_parallel_clients: Upper bound on clients trained at once by a vectorized engine (memory).
         keep_client_optimizer_state: Keep each client's optimizer state between its participations.
         eval_batch_size: Samples per forward pass when evaluating all clients.
 
@@ -73,6 +81,7 @@ class FederatedLoop(LightningModule):
         sampling: str = "uniform",
         seed: int = 0,
         engine: str = "sequential",
+        max_parallel_clients: int | None = None,
         keep_client_optimizer_state: bool = False,
         eval_batch_size: int = 4096,
     ) -> None:
@@ -84,7 +93,9 @@ class FederatedLoop(LightningModule):
         check_positive("batch_size", batch_size, integer=True)
         check_positive("eval_batch_size", eval_batch_size, integer=True)
         check_choice("sampling", sampling, SAMPLING_MODES)
-        check_choice("engine", engine, tuple(ENGINES))
+        check_choice("engine", engine, ENGINE_CHOICES)
+        if max_parallel_clients is not None:
+            check_positive("max_parallel_clients", max_parallel_clients, integer=True)
         self.client_lr, self.client_momentum = _probe_optimizer(optimizer)
         self.automatic_optimization = False
         self.model = client
@@ -95,6 +106,7 @@ class FederatedLoop(LightningModule):
         self.sampling = sampling
         self.seed = seed
         self.engine_name = engine
+        self.max_parallel_clients = max_parallel_clients
         self.keep_client_optimizer_state = keep_client_optimizer_state
         self.eval_batch_size = eval_batch_size
         self.rounds_completed = 0
@@ -141,8 +153,8 @@ class FederatedLoop(LightningModule):
         self.store = ClientStateStore(data.num_clients, self.keep_client_optimizer_state)
         self.layout = FlatStateLayout(self.model.state_dict())
         plan = LocalTrainingPlan(self.optimizer_factory, self.local_epochs, self.batch_size, self.seed,
-                                 self.client_lr, precision)
-        self.engine: ClientEngine = ENGINES[self.engine_name](plan)
+                                 self.client_lr, precision, self.max_parallel_clients)
+        self.engine: ClientEngine = build_engine(self.engine_name, plan, self.model, self.trainer.strategy.root_device)
 
     @override
     def on_fit_start(self) -> None:

@@ -32,6 +32,7 @@ class LocalTrainingPlan:
         seed: Run seed; batch order is a function of ``(seed, round, client, epoch)``.
         lr: The optimizer's learning rate ``eta_l`` (read from the optimizer's defaults).
         precision: The Trainer's precision string; ``16-mixed`` adds a gradient scaler per client.
+        max_parallel_clients: Most clients a vectorized engine trains at once (``None``: the cohort).
     """
 
     optimizer_factory: Callable[[Iterable[Tensor]], Optimizer]
@@ -40,6 +41,7 @@ class LocalTrainingPlan:
     seed: int
     lr: float
     precision: str = "32-true"
+    max_parallel_clients: int | None = None
 
 
 def num_local_steps(num_samples: Tensor, local_epochs: int, batch_size: int) -> Tensor:
