@@ -43,7 +43,13 @@ class AggregationCallback(FederatedCallback):
 
     Subclasses implement :meth:`aggregate` as a thin wrapper over pure functions in
     ``lightning_fl.functional``; all inputs are fp32 on the global model's device (SPEC section 1).
+
+    Attributes:
+        supports_hierarchy: Whether the server step only needs each member's weights and sample count,
+            so it can combine institution models in hierarchy mode (SPEC section 6).
     """
+
+    supports_hierarchy: bool = False
 
     def __init__(self) -> None:
         super().__init__()

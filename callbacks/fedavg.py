@@ -36,6 +36,8 @@ class FedAvg(AggregationCallback):
               init_args: {weighting: samples}
     """
 
+    supports_hierarchy = True
+
     def __init__(self, weighting: str = "samples") -> None:
         super().__init__()
         check_choice("weighting", weighting, WEIGHTINGS)

@@ -24,6 +24,7 @@ from datamodules.partition import (
 )
 from datamodules.pooled import PooledDataModule
 from datamodules.synthetic import SyntheticDataModule, generate_synthetic
+from datamodules.synthetic_pooled import PooledSyntheticDataModule, generate_synthetic_pool
 
 __all__ = [
     "PARTITIONS",
@@ -31,9 +32,11 @@ __all__ = [
     "FederatedData",
     "FederatedDataModule",
     "PooledDataModule",
+    "PooledSyntheticDataModule",
     "SyntheticDataModule",
     "build_from_pooled",
     "generate_synthetic",
+    "generate_synthetic_pool",
     "make_partition",
     "partition_dirichlet",
     "partition_iid",

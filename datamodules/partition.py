@@ -53,7 +53,7 @@ QUANTITY_DISTRIBUTIONS = ("lognormal", "power_law")
 # Options each partition accepts through make_partition (labels / num_clients / generator aside).
 _OPTIONS: dict[str, tuple[str, ...]] = {
     "iid": (),
-    "dirichlet": ("alpha", "min_size", "max_tries"),
+    "dirichlet": ("alpha", "min_size", "max_tries", "cap_at_mean"),
     "shards": ("classes_per_client",),
     "quantity": ("distribution", "sigma", "power", "min_size"),
 }
@@ -98,7 +98,8 @@ def _check_min_size(min_size: int, num_clients: int, num_samples: int) -> None:
         )
 
 
-def _check_dirichlet(n: int, num_clients: int, alpha: float, min_size: int = 10, max_tries: int = 100) -> None:
+def _check_dirichlet(n: int, num_clients: int, alpha: float, min_size: int = 10, max_tries: int = 100,
+                     cap_at_mean: bool = False) -> None:
     _check_num_clients(num_clients, n)
     check_positive("alpha", alpha)
     _check_min_size(min_size, num_clients, n)
@@ -180,6 +181,7 @@ def partition_dirichlet(
     generator: torch.Generator,
     min_size: int = 10,
     max_tries: int = 100,
+    cap_at_mean: bool = False,
 ) -> list[Tensor]:
     """Dirichlet label skew (SPEC section 8; the NIID-Bench "``p_k ~ Dir(alpha)``" scheme).
 
@@ -188,7 +190,10 @@ def partition_dirichlet(
     each class on few clients; large ``alpha`` approaches an IID split. The whole draw is repeated
     until every client has at least ``min_size`` samples. Unlike NIID-Bench, proportions are not
     zeroed for clients that already hold more than the average, so the label skew is exactly
-    Dirichlet; all samples are always used.
+    Dirichlet; all samples are always used. ``cap_at_mean=True`` restores NIID-Bench's rule (classes
+    are dealt in turn and a client already holding ``n / num_clients`` samples gets no share of the
+    next class), which many published setups use and which makes small ``alpha`` feasible for many
+    clients (e.g. ``alpha = 0.1`` over 200 clients).
 
     Args:
         labels: ``(n,)`` integer labels of the pooled dataset.
@@ -197,6 +202,7 @@ def partition_dirichlet(
         generator: Source of randomness.
         min_size: Minimum number of samples per client (``>= 1``).
         max_tries: How many complete draws to attempt before giving up.
+        cap_at_mean: Zero the share of clients already above the mean size (NIID-Bench).
 
     Returns:
         One sorted ``LongTensor`` of indices per client, covering all ``n`` samples.
@@ -218,11 +224,17 @@ def partition_dirichlet(
     class_members = [np.flatnonzero(y == c) for c in np.unique(y)]
     owner = np.empty(n, dtype=np.int64)
     for _ in range(max_tries):
+        held = np.zeros(num_clients, dtype=np.int64)
         for members in class_members:
             members = rng.permutation(members)
-            cuts = (np.cumsum(rng.dirichlet(np.full(num_clients, float(alpha)))) * len(members)).astype(np.int64)
+            share = rng.dirichlet(np.full(num_clients, float(alpha)))
+            if cap_at_mean:
+                share = share * (held < n / num_clients)
+                share = share / share.sum()
+            cuts = (np.cumsum(share) * len(members)).astype(np.int64)
             # Position j of the shuffled class goes to the client whose cut range contains j.
             owner[members] = np.searchsorted(cuts[:-1], np.arange(len(members)), side="right")
+            held += np.bincount(owner[members], minlength=num_clients)
         if np.bincount(owner, minlength=num_clients).min() >= min_size:
             return _groups_by_owner(owner, num_clients)
     raise ConfigError(

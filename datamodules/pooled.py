@@ -37,6 +37,8 @@ class PooledDataModule(FederatedDataModule):
         partition: One of ``iid``, ``dirichlet``, ``shards``, ``quantity``.
         num_clients: Number of clients.
         dirichlet_alpha: Dirichlet concentration (``dirichlet``); smaller is more skewed.
+        dirichlet_cap_at_mean: NIID-Bench's rule: no share of further classes for clients already above
+            the mean size (makes small ``alpha`` feasible for many clients).
         min_size: Minimum samples per client before the train/test split (``dirichlet`` and
             ``quantity``).
         classes_per_client: Shards, i.e. classes, per client (``shards``; 1 = one class per client).
@@ -66,6 +68,7 @@ class PooledDataModule(FederatedDataModule):
         partition: str = "iid",
         num_clients: int = 10,
         dirichlet_alpha: float = 0.5,
+        dirichlet_cap_at_mean: bool = False,
         min_size: int = 10,
         classes_per_client: int = 2,
         quantity_distribution: str = "lognormal",
@@ -91,6 +94,7 @@ class PooledDataModule(FederatedDataModule):
         self.partition = partition
         self._num_clients = num_clients
         self.dirichlet_alpha = dirichlet_alpha
+        self.dirichlet_cap_at_mean = dirichlet_cap_at_mean
         self.min_size = min_size
         self.classes_per_client = classes_per_client
         self.quantity_distribution = quantity_distribution
@@ -114,7 +118,7 @@ class PooledDataModule(FederatedDataModule):
     def partition_options(self) -> dict[str, Any]:
         """The options of the configured partition, as :func:`~datamodules.partition.make_partition` takes them."""
         if self.partition == "dirichlet":
-            return {"alpha": self.dirichlet_alpha, "min_size": self.min_size}
+            return {"alpha": self.dirichlet_alpha, "min_size": self.min_size, "cap_at_mean": self.dirichlet_cap_at_mean}
         if self.partition == "shards":
             return {"classes_per_client": self.classes_per_client}
         if self.partition == "quantity":

@@ -10,6 +10,7 @@ import torch
 from pytorch_lightning import LightningModule
 from pytorch_lightning.cli import OptimizerCallable
 from pytorch_lightning.loggers import TensorBoardLogger
+from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
 
@@ -25,7 +26,9 @@ from lightning_fl.engines import (
 )
 from lightning_fl.evaluation import ClientEvaluation, evaluate_segments
 from lightning_fl.flat_state import FlatStateLayout
+from lightning_fl.hierarchy import Hierarchy
 from lightning_fl.models.base import ClientModule
+from lightning_fl.rounds import RoundTraffic, run_flat_round, run_hierarchical_round
 from lightning_fl.sampling import SAMPLING_MODES, ClientSampler
 from lightning_fl.seeding import derive_seed
 from lightning_fl.validation import ConfigError, DivergenceError, check_choice, check_positive
@@ -57,8 +60,15 @@ class FederatedLoop(LightningModule):
         seed: Seed of cohort sampling, batch order and model initialisation.
         engine: Client engine (see :func:`lightning_fl.engines.build_engine`): ``sequential``.
         max_parallel_clients: Upper bound on clients trained at once by a vectorized engine (memory).
+        hierarchy: Three-layer client/institution/server training (SPEC section 6); ``None`` for the
+            usual two-layer loop. With a hierarchy, every client of every institution trains each round
+            (``clients_per_round`` and ``sampling`` do not apply) and the aggregation callback combines
+            institution models.
         keep_client_optimizer_state: Keep each client's optimizer state between its participations.
         eval_batch_size: Samples per forward pass when evaluating all clients.
+        cpu_threads: Intra-op threads for torch on CPU. ``None`` (auto) uses 1 thread for models under
+            one million parameters: their per-step kernels are microseconds long, and a second thread
+            makes each step wait on a barrier (10x slower when the machine is busy with other runs).
 
     Raises:
         ConfigError: On an invalid value, before training starts.
@@ -82,8 +92,10 @@ class FederatedLoop(LightningModule):
         seed: int = 0,
         engine: str = "sequential",
         max_parallel_clients: int | None = None,
+        hierarchy: Hierarchy | None = None,
         keep_client_optimizer_state: bool = False,
         eval_batch_size: int = 4096,
+        cpu_threads: int | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(client, ClientModule):
@@ -107,11 +119,16 @@ class FederatedLoop(LightningModule):
         self.seed = seed
         self.engine_name = engine
         self.max_parallel_clients = max_parallel_clients
+        self.hierarchy = hierarchy
         self.keep_client_optimizer_state = keep_client_optimizer_state
         self.eval_batch_size = eval_batch_size
+        if cpu_threads is not None:
+            check_positive("cpu_threads", cpu_threads, integer=True)
+        self.cpu_threads = cpu_threads
         self.rounds_completed = 0
         self.last_evaluation: ClientEvaluation | None = None
         self.last_update: CohortUpdate | None = None
+        self.last_traffic: RoundTraffic | None = None
 
     # ------------------------------------------------------------------ set-up
     @override
@@ -148,13 +165,26 @@ class FederatedLoop(LightningModule):
         if precision == "16-mixed" and self.trainer.strategy.root_device.type != "cuda":
             raise ConfigError("trainer.precision 16-mixed needs a GPU; use bf16-mixed or 32-true on CPU")
         self.data = data.to(self.trainer.strategy.root_device)
-        self.sampler = ClientSampler(data.num_clients, self.clients_per_round, self.sampling, self.seed,
-                                     data.train_sizes())
+        self._set_cpu_threads()
+        if self.hierarchy is not None:
+            self.hierarchy.setup(data.num_clients, self.local_epochs)
+        cohort = data.num_clients if self.hierarchy is not None else self.clients_per_round
+        self.sampler = ClientSampler(data.num_clients, cohort, self.sampling, self.seed, data.train_sizes())
         self.store = ClientStateStore(data.num_clients, self.keep_client_optimizer_state)
         self.layout = FlatStateLayout(self.model.state_dict())
         plan = LocalTrainingPlan(self.optimizer_factory, self.local_epochs, self.batch_size, self.seed,
                                  self.client_lr, precision, self.max_parallel_clients)
         self.engine: ClientEngine = build_engine(self.engine_name, plan, self.model, self.trainer.strategy.root_device)
+
+    def _set_cpu_threads(self) -> None:
+        if self.trainer.strategy.root_device.type != "cpu":
+            return
+        threads = self.cpu_threads
+        if threads is None and sum(p.numel() for p in self.model.parameters()) < 1_000_000:
+            threads = 1
+        if threads is not None and threads != torch.get_num_threads():
+            torch.set_num_threads(threads)
+            rank_zero_info(f"torch intra-op threads: {threads} (model.cpu_threads)")
 
     @override
     def on_fit_start(self) -> None:
@@ -164,6 +194,9 @@ class FederatedLoop(LightningModule):
         self.hooks = ClientHookSet(self.trainer.callbacks)
         self.aggregator = next(c for c in self.trainer.callbacks if isinstance(c, AggregationCallback))
         self.federated_callbacks = [c for c in self.trainer.callbacks if isinstance(c, FederatedCallback)]
+        if self.hierarchy is not None and not self.aggregator.supports_hierarchy:
+            raise ConfigError(f"{type(self.aggregator).__name__} cannot aggregate institutions in model.hierarchy mode"
+                              " (its server step needs per-client updates); use FedAvg, FedProx or FedAdp")
         if self.rounds_completed == 0:
             self._log_partition()
 
@@ -178,12 +211,10 @@ class FederatedLoop(LightningModule):
         round_idx = self.current_epoch
         started = time.perf_counter()
         torch.manual_seed(derive_seed(self.seed, "torch", round_idx))  # dropout etc. replay on resume
-        client_ids = self.sampler.sample(round_idx)
-        participation = self.store.record_participation(client_ids, round_idx)
-        for callback in self.federated_callbacks:
-            callback.on_round_start(self.trainer, self, round_idx, client_ids)
-        update = self.engine.train_cohort(round_idx, client_ids, participation, self.hooks)
-        self._stop_if_diverged(update)
+        if self.hierarchy is None:
+            update, self.last_traffic = run_flat_round(self, round_idx)
+        else:
+            update, self.last_traffic = run_hierarchical_round(self, round_idx)
         self._apply_aggregation(round_idx, update)
         self.rounds_completed = round_idx + 1
         self.last_update = update
@@ -192,7 +223,7 @@ class FederatedLoop(LightningModule):
             "train/loss": float((weights * update.train_loss).sum()),
             "train/acc": float((weights * update.train_acc).sum()),
             "round/seconds": time.perf_counter() - started,
-            "round/clients": float(len(client_ids)),
+            "round/clients": float(self.last_traffic.transfers["client"]),
         }, prog_bar=("train/loss",))
         for callback in self.federated_callbacks:
             callback.on_round_end(self.trainer, self, round_idx, update)
@@ -211,14 +242,6 @@ class FederatedLoop(LightningModule):
             self.layout.load_into(new_w, state)
             for name, value in update.int_state.items():
                 state[name].copy_(value)
-
-    def _stop_if_diverged(self, update: CohortUpdate) -> None:
-        bad = update.first_non_finite_client()
-        if bad is not None:
-            client_id, what = bad
-            raise DivergenceError(
-                f"round {update.round_idx}: client {client_id} diverged ({what}); stopping before aggregation, so"
-                " the global model and saved checkpoints are untouched (lower the client lr?)")
 
     # ------------------------------------------------------------------ evaluation
     @override
@@ -290,6 +313,7 @@ class FederatedLoop(LightningModule):
             "rounds_completed": self.rounds_completed,
             "sampler": self.sampler.state_dict(),
             "clients": self.store.state_dict(),
+            "hierarchy": None if self.hierarchy is None else self.hierarchy.state_dict(),
         }
 
     @override
@@ -298,6 +322,10 @@ class FederatedLoop(LightningModule):
         self.rounds_completed = state["rounds_completed"]
         self.sampler.load_state_dict(state["sampler"])
         self.store.load_state_dict(state["clients"])
+        if (state.get("hierarchy") is None) != (self.hierarchy is None):
+            raise ConfigError("model.hierarchy must be set exactly when the checkpoint was written with one")
+        if self.hierarchy is not None:
+            self.hierarchy.load_state_dict(state["hierarchy"])
 
 
 def _probe_optimizer(optimizer: OptimizerCallable) -> tuple[float, float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -49,9 +49,14 @@ def num_local_steps(num_samples: Tensor, local_epochs: int, batch_size: int) -> 
     return local_epochs * torch.div(num_samples + batch_size - 1, batch_size, rounding_mode="floor")
 
 
-def epoch_permutation(seed: int, round_idx: int, client_id: int, epoch: int, num_samples: int) -> Tensor:
-    """The sample order of one client's local epoch; identical in every engine and on resume."""
-    return torch.randperm(num_samples, generator=generator_for(seed, "batches", round_idx, client_id, epoch))
+def epoch_permutation(seed: int, round_idx: int, client_id: int, epoch: int, num_samples: int,
+                      sub_round: int = 0) -> Tensor:
+    """The sample order of one client's local epoch; identical in every engine and on resume.
+
+    ``sub_round`` distinguishes the institution rounds inside one global iteration of the hierarchy.
+    """
+    keys = (seed, "batches", round_idx, client_id, epoch) + ((sub_round,) if sub_round else ())
+    return torch.randperm(num_samples, generator=generator_for(*keys))
 
 
 class ClientEngine(ABC):
@@ -80,7 +85,8 @@ class ClientEngine(ABC):
         self._label_hist = data.label_histograms("train").cpu()
 
     def train_cohort(self, round_idx: int, client_ids: Tensor, participation: Tensor, hooks: ClientHookSet,
-                     cohort_size: int | None = None) -> CohortUpdate:
+                     cohort_size: int | None = None, sub_round: int = 0, local_epochs: int | None = None
+                     ) -> CohortUpdate:
         """Train ``client_ids`` from the current global model.
 
         Args:
@@ -89,13 +95,22 @@ class ClientEngine(ABC):
             participation: ``(K,)`` participation counts including this round.
             hooks: Client-side algorithm hooks.
             cohort_size: ``K`` as the hooks should see it (defaults to ``len(client_ids)``).
+            sub_round: Institution round within a global iteration (hierarchy mode; 0 otherwise).
+            local_epochs: Override of ``plan.local_epochs`` for this call (Tempo's adaptive epochs).
         """
+        if local_epochs is not None and local_epochs != self.plan.local_epochs:
+            saved, self.plan = self.plan, replace(self.plan, local_epochs=local_epochs)
+            try:
+                return self.train_cohort(round_idx, client_ids, participation, hooks, cohort_size, sub_round)
+            finally:
+                self.plan = saved
         num_samples = self.data.train_sizes().cpu()[client_ids]
         num_steps = num_local_steps(num_samples, self.plan.local_epochs, self.plan.batch_size)
         loss_before = client_train_losses(self.model, self.data, client_ids) if hooks.requires_loss_before else None
         ctx = LocalTrainingContext(
             round_idx=round_idx, client_ids=client_ids, cohort_size=cohort_size or len(client_ids), num_steps=num_steps,
             global_params={n: p.detach() for n, p in self.model.named_parameters()}, lr=self.plan.lr,
+            sub_round=sub_round,
         )
         weights, int_state, train_acc, train_loss, extra = self._train(ctx, hooks)
         return CohortUpdate(

@@ -26,6 +26,12 @@ class LocalTrainingContext:
         lr: The client optimizer's learning rate ``eta_l``.
         step: Index of the local step being taken (0-based), updated by the engine.
         cache: Scratch space for hooks (e.g. a stacked control variate for these clients).
+        sub_round: Institution round inside a hierarchical global iteration (0 in the flat loop).
+        active: ``(C,)`` bool on the training device: which clients still take local steps. The
+            vectorized engine trains clients with different ``tau_k`` together and clears a client's
+            entry once it has taken its ``tau_k`` steps (it then keeps the client's parameters and
+            optimizer state fixed, whatever a hook writes to its rows). ``None`` (sequential engine):
+            every client in ``ctx`` is stepping.
     """
 
     round_idx: int
@@ -36,10 +42,19 @@ class LocalTrainingContext:
     lr: float
     step: int = 0
     cache: dict[str, Any] = field(default_factory=dict)
+    sub_round: int = 0
+    active: Tensor | None = None
 
     @property
     def num_clients(self) -> int:
         return len(self.client_ids)
+
+    def active_mask(self) -> Tensor:
+        """``(C,)`` bool: the clients still taking steps (all of them when the engine does not say)."""
+        if self.active is not None:
+            return self.active
+        device = next(iter(self.global_params.values())).device if self.global_params else self.num_steps.device
+        return torch.ones(self.num_clients, dtype=torch.bool, device=device)
 
 
 @dataclass

@@ -49,6 +49,7 @@ class SequentialEngine(ClientEngine):
             one = LocalTrainingContext(
                 round_idx=ctx.round_idx, client_ids=ctx.client_ids[i : i + 1], cohort_size=ctx.cohort_size,
                 num_steps=ctx.num_steps[i : i + 1], global_params=ctx.global_params, lr=ctx.lr,
+                sub_round=ctx.sub_round,
             )
             with torch.no_grad():
                 for name, value in global_state.items():
@@ -79,7 +80,8 @@ class SequentialEngine(ClientEngine):
         loss_sum = torch.zeros((), device=y_all.device)
         step = 0
         for epoch in range(plan.local_epochs):
-            order = epoch_permutation(plan.seed, ctx.round_idx, client_id, epoch, num_samples).to(y_all.device)
+            order = epoch_permutation(plan.seed, ctx.round_idx, client_id, epoch, num_samples, ctx.sub_round)
+            order = order.to(y_all.device)
             final_epoch = epoch == plan.local_epochs - 1
             for start in range(0, num_samples, plan.batch_size):
                 index = order[start : start + plan.batch_size]

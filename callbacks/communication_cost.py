@@ -1,0 +1,105 @@
+"""Bytes sent per link level and round, and the elapsed time a real deployment would need."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytorch_lightning as pl
+from typing_extensions import override
+
+from callbacks.base import FederatedCallback
+from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.rounds import RoundTraffic
+from lightning_fl.validation import check_non_negative, check_positive
+
+if TYPE_CHECKING:
+    from lightning_fl.loop import FederatedLoop
+
+
+def transfer_seconds(num_bytes: int, bandwidth_mbps: float, latency_ms: float) -> float:
+    """Time to send ``num_bytes`` over a link of ``bandwidth_mbps`` megabits/s with ``latency_ms`` latency."""
+    return latency_ms / 1e3 + num_bytes * 8 / (bandwidth_mbps * 1e6)
+
+
+def estimate_round_seconds(traffic: RoundTraffic, client_link: tuple[float, float],
+                           institution_link: tuple[float, float] | None) -> float:
+    """Critical path of one round: clients in parallel, each local round download -> train -> upload.
+
+    Flat loop: ``compute + 2 t_client``. Hierarchy: for each institution the sum over its local rounds
+    of ``compute + 2 t_client``, plus ``2 t_institution`` to and from the server; the slowest
+    institution decides.
+
+    Args:
+        traffic: The round's transfers and measured compute (per institution, per local round).
+        client_link: ``(bandwidth_mbps, latency_ms)`` of the client link.
+        institution_link: The institution-server link (hierarchy only).
+    """
+    t_client = transfer_seconds(traffic.model_bytes, *client_link)
+    t_server = transfer_seconds(traffic.model_bytes, *institution_link) if institution_link else 0.0
+    extra = 2 * t_server if "institution" in traffic.transfers else 0.0
+    return max(sum(c + 2 * t_client for c in rounds) + extra for rounds in traffic.compute_seconds)
+
+
+class CommunicationCost(FederatedCallback):
+    """Communication accounting (SPEC section 6), for Tempo's time-to-target comparison (its Table 1).
+
+    Every round logs, per link level (``client``: client<->server in the flat loop or
+    client<->institution in the hierarchy; ``institution``: institution<->server), the bytes sent up and
+    down (number of model transfers x the model's fp32 size, from the actual parameter tensors) and the
+    cumulative totals ``comm/total_bytes``. With bandwidths given, it also estimates the elapsed time of
+    a real deployment, ``net/round_seconds`` and ``net/elapsed_seconds``: measured compute of the slowest
+    client plus transfer times (see :func:`estimate_round_seconds`). The totals are checkpointed.
+
+    Args:
+        client_bandwidth_mbps: Client link bandwidth in Mbit/s; ``None`` disables the time estimate.
+        client_latency_ms: Client link latency.
+        institution_bandwidth_mbps: Institution-server bandwidth (hierarchy mode).
+        institution_latency_ms: Institution-server latency.
+
+    Example (YAML)::
+
+        - class_path: callbacks.CommunicationCost
+          init_args: {client_bandwidth_mbps: 10, client_latency_ms: 50, institution_bandwidth_mbps: 1000}
+    """
+
+    def __init__(self, client_bandwidth_mbps: float | None = None, client_latency_ms: float = 0.0,
+                 institution_bandwidth_mbps: float | None = None, institution_latency_ms: float = 0.0) -> None:
+        for name, value in (("client_bandwidth_mbps", client_bandwidth_mbps),
+                            ("institution_bandwidth_mbps", institution_bandwidth_mbps)):
+            if value is not None:
+                check_positive(name, value)
+        check_non_negative("client_latency_ms", client_latency_ms)
+        check_non_negative("institution_latency_ms", institution_latency_ms)
+        self.client_link = None if client_bandwidth_mbps is None else (client_bandwidth_mbps, client_latency_ms)
+        self.institution_link = (None if institution_bandwidth_mbps is None
+                                 else (institution_bandwidth_mbps, institution_latency_ms))
+        self.total_bytes: dict[str, int] = {}
+        self.elapsed_seconds = 0.0
+
+    @override
+    def on_round_end(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, update: CohortUpdate) -> None:
+        traffic = loop.last_traffic
+        metrics: dict[str, float] = {}
+        for level, transfers in traffic.transfers.items():
+            sent = transfers * traffic.model_bytes
+            self.total_bytes[level] = self.total_bytes.get(level, 0) + 2 * sent
+            metrics[f"comm/{level}_up_bytes"] = float(sent)
+            metrics[f"comm/{level}_down_bytes"] = float(sent)
+            metrics[f"comm/{level}_total_bytes"] = float(self.total_bytes[level])
+        metrics["comm/total_bytes"] = float(sum(self.total_bytes.values()))
+        if self.client_link is not None:
+            institution_link = self.institution_link or self.client_link
+            seconds = estimate_round_seconds(traffic, self.client_link, institution_link)
+            self.elapsed_seconds += seconds
+            metrics["net/round_seconds"] = seconds
+            metrics["net/elapsed_seconds"] = self.elapsed_seconds
+        loop.log_round(metrics, step=round_idx + 1)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"total_bytes": dict(self.total_bytes), "elapsed_seconds": self.elapsed_seconds}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.total_bytes = dict(state_dict["total_bytes"])
+        self.elapsed_seconds = state_dict["elapsed_seconds"]

@@ -1,0 +1,109 @@
+"""DWFed: aggregation weights from the index of statistical heterogeneity (SPEC section 5)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import pytorch_lightning as pl
+from torch import Tensor
+from typing_extensions import override
+
+from callbacks.base import AggregationCallback
+from callbacks.fedfa import log_client_weights
+from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.functional.dwfed import ish_weights
+from lightning_fl.functional.label_stats import emd_to_population
+from lightning_fl.functional.weights import weighted_average
+from lightning_fl.validation import ConfigError
+
+if TYPE_CHECKING:
+    from lightning_fl.loop import FederatedLoop
+
+CLIENT_LR = "client_lr"
+
+
+class DWFed(AggregationCallback):
+    """DWFed (Frontiers 2022): weights from each client's label-distribution distance to the population.
+
+    SPEC section 5. With ``p_k`` client ``k``'s label distribution and ``P`` the normalised sum of
+    *all* ``N`` clients' label histograms (train splits):
+
+    - ``D_k = sum_c |p_k(c) - P(c)|`` (EMD between label distributions, L1 form, eq. 7);
+    - ``ISH_k = max(0, (1 - eta_ish D_k / K) / (1 + D_k))`` with ``K`` the cohort size (eq. 12);
+    - ``alpha_k = ISH_k / sum_j ISH_j`` (times ``n_k`` before normalising with
+      ``weight_by_samples``); ``w^{t+1} = sum_k alpha_k y_k``.
+
+    Readings:
+
+    - The server learns every client's label histogram to build ``P`` (a privacy trade-off the paper
+      makes too). ``P`` covers all clients, not only the cohort.
+    - ``eta_ish = 1`` is eq. 12 (default). The algorithm box writes the client learning rate ``eta``
+      there instead; ``eta_ish: client_lr`` selects that variant and reads the client optimizer's
+      ``lr`` (``loop.client_lr``) each round.
+    - If every ``ISH_k`` clamps to 0 the weights fall back to uniform (SPEC section 1) with a warning
+      logged once; a one-client cohort gets weight 1.
+    - DWFed keeps no state across rounds.
+
+    TensorBoard (step = round number ``t + 1``): ``server/weights`` (histogram and bar chart of
+    ``alpha_k``) and ``server/emd`` (histogram of the cohort's ``D_k``).
+
+    Args:
+        eta_ish: ``eta`` in ``ISH_k``: a number ``>= 0`` or the string ``client_lr``. Default 1.0.
+        weight_by_samples: Multiply ``ISH_k`` by ``n_k`` before normalising. Default ``False``.
+        figure_every_n_rounds: Log the weights bar chart every this many rounds (0: never). Default 1.
+
+    Raises:
+        ConfigError: If ``eta_ish`` is negative, not finite or a string other than ``client_lr``, or
+            ``figure_every_n_rounds`` is not an integer ``>= 0``.
+
+    Example (YAML)::
+
+        - class_path: callbacks.DWFed
+          init_args: {eta_ish: 1.0, weight_by_samples: false}
+    """
+
+    def __init__(self, eta_ish: float | str = 1.0, weight_by_samples: bool = False,
+                 figure_every_n_rounds: int = 1) -> None:
+        super().__init__()
+        if isinstance(eta_ish, str):
+            if eta_ish != CLIENT_LR:
+                raise ConfigError(f"eta_ish must be a number >= 0 or '{CLIENT_LR}'; got {eta_ish!r}")
+        elif isinstance(eta_ish, bool) or not (isinstance(eta_ish, (int, float)) and math.isfinite(eta_ish)
+                                               and eta_ish >= 0):
+            raise ConfigError(f"eta_ish must be a number >= 0 or '{CLIENT_LR}'; got {eta_ish!r}")
+        if not isinstance(weight_by_samples, bool):
+            raise ConfigError(f"weight_by_samples must be true or false; got {weight_by_samples!r}")
+        if isinstance(figure_every_n_rounds, bool) or not isinstance(figure_every_n_rounds, int) \
+                or figure_every_n_rounds < 0:
+            raise ConfigError(f"figure_every_n_rounds must be an integer >= 0; got {figure_every_n_rounds!r}")
+        self.eta_ish = eta_ish
+        self.weight_by_samples = weight_by_samples
+        self.figure_every_n_rounds = figure_every_n_rounds
+        self._emd_cache: tuple[Any, Tensor] | None = None
+
+    def eta(self, loop: Any) -> float:
+        """The ``eta`` used in ``ISH_k`` (the client lr for ``eta_ish: client_lr``)."""
+        return float(loop.client_lr) if self.eta_ish == CLIENT_LR else float(self.eta_ish)
+
+    def population_emd(self, loop: Any) -> Tensor:
+        """``(N,)`` float64 ``D_k`` of every client (computed once per data object)."""
+        if self._emd_cache is None or self._emd_cache[0] is not loop.data:
+            self._emd_cache = (loop.data, emd_to_population(loop.data.label_histograms("train")))
+        return self._emd_cache[1]
+
+    @override
+    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
+                  update: CohortUpdate) -> Tensor:
+        all_emd = self.population_emd(loop)
+        emd = all_emd[update.client_ids.to(all_emd.device).long()].to(device=global_w.device)
+        samples = update.num_samples.to(global_w.device) if self.weight_by_samples else None
+        weights, degenerate = ish_weights(emd, update.cohort_size, self.eta(loop), samples)
+        if degenerate:
+            self.warn_degenerate_once("ISH weights", round_idx)
+        weights = weights.to(global_w.dtype)
+        figure = self.figure_every_n_rounds > 0 and round_idx % self.figure_every_n_rounds == 0
+        log_client_weights(loop, round_idx, weights, update.client_ids, "DWFed weights", figure)
+        for writer in loop.tensorboard():
+            writer.add_histogram("server/emd", emd.float().cpu(), round_idx + 1)
+        return weighted_average(update.weights, weights)

@@ -1,0 +1,164 @@
+"""Adaptive server optimizers FedAdam, FedYogi and FedAdagrad (SPEC section 2; Reddi et al. 2021)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+from typing_extensions import override
+
+from callbacks._common import clone_or_none, log_server_scalars, moved
+from callbacks.base import AggregationCallback
+from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.functional.server_optimizers import adaptive_server_step
+from lightning_fl.functional.weights import WEIGHTINGS, fedavg_weights, weighted_average
+from lightning_fl.validation import check_choice, check_positive, check_range
+
+if TYPE_CHECKING:
+    from lightning_fl.loop import FederatedLoop
+
+
+class AdaptiveServerOptimizer(AggregationCallback):
+    """Shared implementation of FedAdam / FedYogi / FedAdagrad; use one of the three subclasses.
+
+    SPEC section 2 (Reddi et al. 2021, Algorithm 2, no bias correction), each round::
+
+        w_avg = sum_k n_k y_k / sum_k n_k        (FedAvg aggregate)
+        D = w_avg - w^t
+        m <- b1 m + (1 - b1) D
+        v <- b2 v + (1 - b2) D^2                  (FedAdam)
+        v <- v - (1 - b2) D^2 sign(v - D^2)       (FedYogi; sign of the previous v, sign(0) = 0)
+        v <- v + D^2                              (FedAdagrad; b2 unused)
+        w^{t+1} = w^t + eta m / (sqrt(v) + tau)
+
+    Math: :func:`lightning_fl.functional.server_optimizers.adaptive_server_step`.
+
+    Readings (SPEC leaves them open; see the functional module):
+
+    - Initial state ``m = 0`` and ``v = tau^2`` (the smallest ``v_{-1}`` Reddi et al.'s Algorithm 2
+      allows), not ``v = 0``.
+    - FedAdagrad gets the same first moment ``m`` as the other two, as SPEC writes it (``b1 = 0``
+      gives the momentum-free Adagrad of some libraries).
+    - ``w_avg`` is FedAvg's aggregate, with FedAvg's ``weighting`` option; a sample-count
+      normalisation that sums to 0 falls back to uniform weights and warns once (SPEC section 1).
+    - ``m`` and ``v`` are fp32 on the global model's device and are checkpointed, so a resumed run
+      continues exactly. The server step needs only each member's weights and sample count, so it
+      also combines institution models in hierarchy mode.
+
+    TensorBoard (step = round number ``t + 1``): ``server/m_norm`` (``||m||_2``) and ``server/v_mean``
+    (mean of ``v``), after the update.
+
+    Args:
+        lr: Server learning rate ``eta > 0``. Default 0.01.
+        beta1: ``b1`` in ``[0, 1]``. Default 0.9.
+        beta2: ``b2`` in ``[0, 1]``. Default 0.99.
+        tau: Adaptivity ``tau > 0``. Default ``1e-3``.
+        weighting: ``samples`` (``n_k / sum n``, default) or ``uniform``, as in :class:`~callbacks.FedAvg`.
+
+    Raises:
+        ConfigError: If ``lr <= 0``, ``tau <= 0``, ``beta1``/``beta2`` outside ``[0, 1]`` or
+            ``weighting`` unknown.
+    """
+
+    #: ``adam``, ``yogi`` or ``adagrad``: set by each subclass.
+    kind: ClassVar[str] = ""
+    supports_hierarchy = True
+
+    def __init__(self, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
+                 weighting: str = "samples") -> None:
+        super().__init__()
+        if not self.kind:
+            raise TypeError("use callbacks.FedAdam, callbacks.FedYogi or callbacks.FedAdagrad")
+        check_positive("lr", lr)
+        check_range("beta1", beta1, 0.0, 1.0)
+        check_range("beta2", beta2, 0.0, 1.0)
+        check_positive("tau", tau)
+        check_choice("weighting", weighting, WEIGHTINGS)
+        self.lr = float(lr)
+        self.beta1 = float(beta1)
+        self.beta2 = float(beta2)
+        self.tau = float(tau)
+        self.weighting = weighting
+        self.m: Tensor | None = None
+        self.v: Tensor | None = None
+
+    @override
+    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
+                  update: CohortUpdate) -> Tensor:
+        weights, degenerate = fedavg_weights(update.num_samples.to(global_w.device), self.weighting)
+        if degenerate:
+            self.warn_degenerate_once("sample-count weights", round_idx)
+        avg_w = weighted_average(update.weights, weights.to(global_w.dtype))
+        step = adaptive_server_step(global_w, avg_w, moved(self.m, global_w), moved(self.v, global_w), self.kind,
+                                    self.lr, self.beta1, self.beta2, self.tau)
+        self.m, self.v = step.m, step.v
+        log_server_scalars(loop, round_idx, {"server/m_norm": float(torch.linalg.vector_norm(self.m)),
+                                             "server/v_mean": float(self.v.mean())})
+        return step.new_w
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "m": clone_or_none(self.m), "v": clone_or_none(self.v)}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.m = clone_or_none(state_dict.get("m"))
+        self.v = clone_or_none(state_dict.get("v"))
+
+
+class FedAdam(AdaptiveServerOptimizer):
+    """FedAdam (Reddi et al. 2021): ``v <- b2 v + (1 - b2) D^2`` (SPEC section 2).
+
+    Everything else, defaults and readings as in :class:`AdaptiveServerOptimizer`:
+    ``D = w_avg - w^t``; ``m <- b1 m + (1 - b1) D``; ``w^{t+1} = w^t + eta m / (sqrt(v) + tau)``;
+    ``m = 0``, ``v = tau^2`` initially; defaults ``lr = 0.01, beta1 = 0.9, beta2 = 0.99, tau = 1e-3``.
+
+    Example (YAML)::
+
+        trainer:
+          callbacks:
+            - class_path: callbacks.FedAdam
+              init_args: {lr: 0.01, beta1: 0.9, beta2: 0.99, tau: 0.001}
+    """
+
+    kind = "adam"
+
+
+class FedYogi(AdaptiveServerOptimizer):
+    """FedYogi (Reddi et al. 2021): ``v <- v - (1 - b2) D^2 sign(v - D^2)`` (SPEC section 2).
+
+    ``sign`` is taken of the previous ``v`` minus ``D^2`` (``sign(0) = 0``). Everything else, defaults
+    and readings as in :class:`AdaptiveServerOptimizer`: ``D = w_avg - w^t``;
+    ``m <- b1 m + (1 - b1) D``; ``w^{t+1} = w^t + eta m / (sqrt(v) + tau)``; ``m = 0``, ``v = tau^2``
+    initially; defaults ``lr = 0.01, beta1 = 0.9, beta2 = 0.99, tau = 1e-3``.
+
+    Example (YAML)::
+
+        trainer:
+          callbacks:
+            - class_path: callbacks.FedYogi
+              init_args: {lr: 0.01}
+    """
+
+    kind = "yogi"
+
+
+class FedAdagrad(AdaptiveServerOptimizer):
+    """FedAdagrad (Reddi et al. 2021): ``v <- v + D^2`` (SPEC section 2; ``beta2`` is unused).
+
+    Everything else, defaults and readings as in :class:`AdaptiveServerOptimizer`:
+    ``D = w_avg - w^t``; ``m <- b1 m + (1 - b1) D`` (the same first moment as FedAdam, as SPEC
+    writes it; ``beta1 = 0`` for momentum-free Adagrad); ``w^{t+1} = w^t + eta m / (sqrt(v) + tau)``;
+    ``m = 0``, ``v = tau^2`` initially; defaults ``lr = 0.01, beta1 = 0.9, tau = 1e-3``.
+
+    Example (YAML)::
+
+        trainer:
+          callbacks:
+            - class_path: callbacks.FedAdagrad
+              init_args: {lr: 0.01}
+    """
+
+    kind = "adagrad"

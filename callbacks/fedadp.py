@@ -1,0 +1,101 @@
+"""FedAdp: aggregation weights from the angle between each client's update and the cohort's (SPEC 2)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+from typing_extensions import override
+
+from callbacks._common import log_server_histogram, log_server_scalars
+from callbacks.base import AggregationCallback
+from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.functional.fedadp import fedadp_weights
+from lightning_fl.functional.weights import weighted_average
+from lightning_fl.validation import check_non_negative
+
+if TYPE_CHECKING:
+    from lightning_fl.loop import FederatedLoop
+
+
+class FedAdp(AggregationCallback):
+    """FedAdp (Wu & Wang 2021; the Tempo paper's baseline): angle-adaptive aggregation weights.
+
+    SPEC section 2, each round::
+
+        g_k = w^t - y_k;   g = sum_k p_k g_k,   p_k = n_k / sum_j n_j
+        theta_k = arccos(cos(g_k, g))                         (radians)
+        th_k <- ((m_k - 1) th_k + theta_k) / m_k              (m_k: participation count, this round included)
+        f(th) = a (1 - exp(-exp(-a (th - 1))))                (Gompertz, a = alpha)
+        psi_k = n_k exp(f(th_k)) / sum_j n_j exp(f(th_j))
+        w^{t+1} = sum_k psi_k y_k
+
+    State: the smoothed angle ``th_k`` of every client seen so far (checkpointed, so a resumed run
+    continues exactly). Math: :func:`lightning_fl.functional.fedadp.fedadp_weights`.
+
+    Readings (see the functional module):
+
+    - The cosine is clamped to ``[-1, 1]``; a zero ``g_k`` or ``g`` has no direction and gets the
+      angle ``pi / 2`` (so a round whose updates cancel reduces to FedAvg weights).
+    - First participation (``m_k = 1``): ``th_k = theta_k``. A client whose count is above 1 but
+      whose angle this callback never stored (e.g. a run resumed from a checkpoint written with
+      another aggregation) also starts from ``theta_k``.
+    - ``m_k`` is the loop's participation count (``CohortUpdate.participation``). In hierarchy mode
+      the members are the institutions and ``m_k`` counts global iterations.
+    - Normalisations that sum to 0/NaN/inf (e.g. all ``n_k`` zero) fall back to uniform weights and
+      warn once (SPEC section 1).
+
+    TensorBoard (step = round number ``t + 1``): ``server/weights`` (histogram of ``psi``),
+    ``server/smoothed_angle`` (histogram of the cohort's ``th_k``) and the scalar
+    ``server/smoothed_angle_mean`` (radians).
+
+    Args:
+        alpha: Gompertz constant ``a >= 0``. Default 5.0.
+
+    Raises:
+        ConfigError: If ``alpha`` is negative.
+
+    Example (YAML)::
+
+        trainer:
+          callbacks:
+            - class_path: callbacks.FedAdp
+              init_args: {alpha: 5.0}
+    """
+
+    supports_hierarchy = True
+
+    def __init__(self, alpha: float = 5.0) -> None:
+        super().__init__()
+        check_non_negative("alpha", alpha)
+        self.alpha = float(alpha)
+        self.smoothed_angles: dict[int, float] = {}
+
+    @override
+    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
+                  update: CohortUpdate) -> Tensor:
+        ids = update.client_ids.tolist()
+        counts = update.participation.clone()
+        stored = [self.smoothed_angles.get(k) for k in ids]
+        for i, angle in enumerate(stored):
+            if angle is None:
+                counts[i] = 1  # nothing to average with: start from this round's angle
+        prev = torch.tensor([0.0 if a is None else a for a in stored], dtype=global_w.dtype, device=global_w.device)
+        out = fedadp_weights(global_w, update.weights, update.num_samples, prev, counts, self.alpha)
+        if out.degenerate:
+            self.warn_degenerate_once("weights", round_idx)
+        self.smoothed_angles.update(zip(ids, out.smoothed_angle.tolist()))
+        log_server_scalars(loop, round_idx, {"server/smoothed_angle_mean": float(out.smoothed_angle.mean())})
+        log_server_histogram(loop, round_idx, "server/weights", out.weights)
+        log_server_histogram(loop, round_idx, "server/smoothed_angle", out.smoothed_angle)
+        return weighted_average(update.weights, out.weights)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"smoothed_angles": dict(self.smoothed_angles)}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.smoothed_angles = {int(k): float(v) for k, v in state_dict.get("smoothed_angles", {}).items()}

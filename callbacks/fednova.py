@@ -1,0 +1,88 @@
+"""FedNova: normalised averaging of local updates (SPEC section 2)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.utilities import rank_zero_warn
+from torch import Tensor
+from typing_extensions import override
+
+from callbacks._common import describe_optimizer, log_server_scalars, probe_client_optimizer
+from callbacks.base import AggregationCallback
+from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.functional.fednova import fednova_step
+from lightning_fl.validation import ConfigError
+
+if TYPE_CHECKING:
+    from lightning_fl.loop import FederatedLoop
+
+
+class FedNova(AggregationCallback):
+    """FedNova (Wang et al. 2020) with the momentum-aware normaliser.
+
+    SPEC section 2, each round::
+
+        p_k = n_k / sum_j n_j
+        a_k = tau_k                                               (plain SGD)
+        a_k = (tau_k - rho (1 - rho^tau_k) / (1 - rho)) / (1 - rho)  (client momentum rho)
+        d_k = (w^t - y_k) / a_k
+        tau_eff = sum_k p_k a_k
+        w^{t+1} = w^t - tau_eff sum_k p_k d_k
+
+    ``tau_k`` is the number of local optimizer steps the engine reports; ``rho`` is the client
+    optimizer's momentum (``model.optimizer.init_args.momentum``, ``loop.client_momentum``). Math:
+    :func:`lightning_fl.functional.fednova.fednova_step`.
+
+    Readings (see the functional module):
+
+    - ``a_k`` is the L1 norm of the client's step weights for heavy-ball SGD with a fresh momentum
+      buffer each round. It does not model ``nesterov``, ``dampening``, other optimizers or a momentum
+      buffer kept between participations (``model.keep_client_optimizer_state``); in those cases the
+      run goes on with the formula above and a warning is logged once at the start of training.
+    - A client with ``tau_k = 0`` contributes ``d_k = 0`` and still counts in ``p_k``.
+    - All ``n_k`` zero: ``p_k`` falls back to uniform and a warning is logged once (SPEC section 1).
+    - Stateless across rounds. ``num_steps`` of an institution in hierarchy mode is not a step count
+      of one optimizer, so FedNova does not run in hierarchy mode.
+
+    TensorBoard (step = round number ``t + 1``): ``server/tau_eff``.
+
+    Raises:
+        ConfigError: At set-up, if the client optimizer's momentum is outside ``[0, 1)``.
+
+    Example (YAML)::
+
+        model:
+          optimizer: {class_path: torch.optim.SGD, init_args: {lr: 0.01, momentum: 0.9}}
+        trainer:
+          callbacks:
+            - class_path: callbacks.FedNova
+    """
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: FederatedLoop, stage: str) -> None:
+        if stage != "fit":
+            return
+        momentum = pl_module.client_momentum
+        if not 0.0 <= momentum < 1.0:
+            raise ConfigError(f"optimizer.init_args.momentum must be in [0, 1) for FedNova's normaliser; got {momentum!r}")
+        optimizer = probe_client_optimizer(pl_module)
+        sgd_heavy_ball = (type(optimizer) is torch.optim.SGD and not optimizer.defaults.get("nesterov")
+                          and not optimizer.defaults.get("dampening"))
+        if not sgd_heavy_ball:
+            rank_zero_warn(f"FedNova's normaliser a_k assumes SGD (heavy-ball momentum, no nesterov/dampening); the"
+                           f" client optimizer is {describe_optimizer(optimizer)} (warned once)")
+        elif momentum > 0 and getattr(pl_module, "keep_client_optimizer_state", False):
+            rank_zero_warn("FedNova's normaliser a_k assumes a fresh momentum buffer each round; with"
+                           " model.keep_client_optimizer_state it is an approximation (warned once)")
+
+    @override
+    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
+                  update: CohortUpdate) -> Tensor:
+        step = fednova_step(global_w, update.weights, update.num_samples, update.num_steps, loop.client_momentum)
+        if step.degenerate:
+            self.warn_degenerate_once("sample-count weights", round_idx)
+        log_server_scalars(loop, round_idx, {"server/tau_eff": float(step.tau_eff)})
+        return step.new_w

@@ -1,0 +1,179 @@
+"""IGFL-C: the IGFL client correction with a FedAvg server (SPEC section 4, Algorithm 2).
+
+Also home of what every IGFL callback shares: :class:`IGFLMemory` (``dW_ps`` and each client's
+``dW_k_prev``) and :class:`IGFLClientHooks` (the per-step correction on ``(C, ...)`` tensors).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+from typing_extensions import override
+
+from callbacks.fedavg import FedAvg
+from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
+from lightning_fl.functional.igfl import igfl_client_correction
+
+if TYPE_CHECKING:
+    from lightning_fl.loop import FederatedLoop
+
+_CACHE_PREV = "igfl/prev_delta"
+_CACHE_SERVER = "igfl/server_delta"
+
+
+class IGFLMemory:
+    """IGFL's state across rounds (SPEC section 4).
+
+    Attributes:
+        server_delta: ``dW_ps = w^t - w^{t-1}`` as a flat ``(d,)`` vector (``None`` means zeros: round 0).
+        prev: Client id to ``dW_k_prev = y_k - w`` of its last participation (flat ``(d,)``); a client
+            not in it has never participated (zeros).
+        keep_client_deltas: Whether :meth:`record` stores ``dW_k_prev`` (IGFL-S in ``self``/``global``
+            mode does not need them and keeps only ``dW_ps``).
+    """
+
+    def __init__(self, keep_client_deltas: bool = True) -> None:
+        self.keep_client_deltas = keep_client_deltas
+        self.server_delta: Tensor | None = None
+        self.prev: dict[int, Tensor] = {}
+
+    def prev_deltas(self, client_ids: Tensor, like: Tensor) -> Tensor:
+        """``(C, d)`` ``dW_k_prev`` of ``client_ids`` (zeros for first-timers), dtype/device of ``like`` (d,)."""
+        rows = [self.prev.get(int(c)) for c in client_ids.tolist()]
+        out = torch.zeros(len(rows), like.shape[-1], dtype=like.dtype, device=like.device)
+        for i, row in enumerate(rows):
+            if row is not None:
+                out[i].copy_(row)
+        return out
+
+    def server_delta_like(self, like: Tensor) -> Tensor:
+        """``dW_ps`` (zeros before the first aggregation), dtype/device of ``like`` (d,)."""
+        if self.server_delta is None:
+            return torch.zeros_like(like)
+        return self.server_delta.to(device=like.device, dtype=like.dtype)
+
+    def record(self, global_w: Tensor, new_w: Tensor, client_ids: Tensor, client_w: Tensor) -> None:
+        """After aggregation: ``dW_k_prev <- y_k - w^t`` for the cohort, ``dW_ps <- w^{t+1} - w^t``."""
+        self.server_delta = (new_w - global_w).detach().clone()
+        if self.keep_client_deltas:
+            deltas = (client_w - global_w).detach()
+            for i, client in enumerate(client_ids.tolist()):
+                self.prev[int(client)] = deltas[i].clone()
+
+    def state_dict(self) -> dict[str, Any]:
+        ids = sorted(self.prev)
+        return {
+            "server_delta": None if self.server_delta is None else self.server_delta.clone(),
+            "client_ids": torch.tensor(ids, dtype=torch.long),
+            "client_deltas": torch.stack([self.prev[i] for i in ids]).clone() if ids else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        delta = state.get("server_delta")
+        self.server_delta = None if delta is None else delta.clone()
+        ids = state["client_ids"].tolist()
+        deltas = state.get("client_deltas")
+        self.prev = {int(c): deltas[i].clone() for i, c in enumerate(ids)}
+
+
+class IGFLClientHooks:
+    """Mixin: IGFL-C's per-step correction (Algorithm 2) for a callback with ``self.memory``.
+
+    Written on ``(C, ...)`` tensors only, so it runs unchanged in the sequential (``C == 1``) and
+    vectorized engines. ``on_local_train_start`` puts the chunk's ``dW_k_prev`` and ``dW_ps``, shaped
+    per trainable parameter, into ``ctx.cache``; ``after_local_step`` adds
+    ``D_G = (1/K) (D_I - dW_k_prev / T) + dW_ps / T`` to the parameters in place (``D_I`` the step the
+    client optimizer just took, ``K = ctx.cohort_size``, ``T = ctx.num_steps``). Floating-point
+    buffers (e.g. BatchNorm statistics) are not optimizer steps and are not corrected. The flat
+    layout comes from the loop, kept by Lightning's ``setup`` hook (and refreshed every round).
+    """
+
+    memory: IGFLMemory
+    _loop: Any = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._loop = pl_module
+
+    def on_round_start(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, client_ids: Tensor) -> None:
+        self._loop = loop
+
+    def on_local_train_start(self, ctx: LocalTrainingContext) -> None:
+        layout = getattr(self._loop, "layout", None)
+        if layout is None:
+            raise RuntimeError(f"{type(self).__name__} needs the federated loop's layout: it is set in the"
+                               " callback's setup() hook")
+        names = list(ctx.global_params)
+        like = next(iter(ctx.global_params.values()))
+        flat_like = torch.empty(layout.numel, dtype=torch.float32, device=like.device)
+        prev = layout.unflatten(self.memory.prev_deltas(ctx.client_ids, flat_like))
+        server = layout.unflatten(self.memory.server_delta_like(flat_like))
+        ctx.cache[_CACHE_PREV] = {n: prev[n].to(ctx.global_params[n].dtype) for n in names}
+        ctx.cache[_CACHE_SERVER] = {n: server[n].to(ctx.global_params[n].dtype) for n in names}
+
+    def after_local_step(self, ctx: LocalTrainingContext, params: dict[str, Tensor],
+                         step_delta: dict[str, Tensor]) -> None:
+        prev, server = ctx.cache[_CACHE_PREV], ctx.cache[_CACHE_SERVER]
+        with torch.no_grad():
+            for name, value in params.items():
+                value.add_(igfl_client_correction(step_delta[name], prev[name], server[name], ctx.num_steps,
+                                                  ctx.cohort_size))
+
+
+class IGFLClient(IGFLClientHooks, FedAvg):
+    """IGFL-C (IJCAI 2021, Algorithm 2): group-behaviour correction of every local step, FedAvg server.
+
+    SPEC section 4. State: ``dW_ps = w^t - w^{t-1}`` (zeros at ``t = 0``) and per client
+    ``dW_k_prev = y_k - w`` of its last participation (zeros if none). Client ``k`` with ``T = tau_k``
+    local steps in a cohort of ``K``: after each optimizer step ``D_I = w_after - w_before``
+    (``-eta_l g`` for plain SGD) the parameters get ``D_G = (1/K) (D_I - dW_k_prev / T) + dW_ps / T``
+    added, so the step is ``D_I + D_G``. The server is :class:`~callbacks.FedAvg`
+    (``w^{t+1} = sum_k n_k y_k / sum n``); after aggregation ``dW_k_prev <- y_k - w^t`` for the
+    cohort and ``dW_ps <- w^{t+1} - w^t``.
+
+    Readings:
+
+    - IGFL-C is an aggregation callback (FedAvg + the client hooks) so that it is one YAML entry;
+      :class:`~callbacks.IGFLServer` and :class:`~callbacks.IGFL` are the other two variants.
+    - ``D_I`` is whatever step the configured optimizer took (with momentum or weight decay it is not
+      ``-eta_l g``); the paper uses plain SGD.
+    - ``T`` is the number of local steps the client takes this round (``E * ceil(n_k / B)``), so
+      clients with more data spread ``dW_ps`` over more steps.
+    - Only trainable parameters are corrected; ``dW_k_prev``/``dW_ps`` are kept for the whole flat
+      state (floating buffers included). The store holds one ``(d,)`` vector per client that has
+      participated, on the global model's device, and is checkpointed (exact resume).
+    - The state is updated in :meth:`aggregate`, right after ``w^{t+1}`` is computed.
+
+    Args:
+        weighting: FedAvg server weighting: ``samples`` (default) or ``uniform``.
+
+    Raises:
+        ConfigError: If ``weighting`` is unknown.
+
+    Example (YAML)::
+
+        - class_path: callbacks.IGFLClient
+    """
+
+    supports_hierarchy = False  # the hooks need per-client deltas, not institution models
+
+    def __init__(self, weighting: str = "samples") -> None:
+        super().__init__(weighting)
+        self.memory = IGFLMemory(keep_client_deltas=True)
+
+    @override
+    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
+                  update: CohortUpdate) -> Tensor:
+        new_w = super().aggregate(trainer, loop, round_idx, global_w, update)
+        self.memory.record(global_w, new_w, update.client_ids, update.weights)
+        return new_w
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return self.memory.state_dict()
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.memory.load_state_dict(state_dict)

@@ -1,0 +1,115 @@
+"""IGFL-S: attention-based aggregation (SPEC section 4, Algorithm 3)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import pytorch_lightning as pl
+from torch import Tensor
+from typing_extensions import override
+
+from callbacks.base import AggregationCallback
+from callbacks.igfl_client import IGFLMemory
+from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.functional.figures import attention_figure
+from lightning_fl.functional.igfl import ATTENTION_MODES, SIMILARITIES, igfl_attention_aggregate
+from lightning_fl.validation import ConfigError, check_choice
+
+if TYPE_CHECKING:
+    from lightning_fl.loop import FederatedLoop
+
+
+class IGFLServer(AggregationCallback):
+    """IGFL-S (IJCAI 2021, Algorithm 3): attention-based federated learning on the server.
+
+    SPEC section 4. Values and keys are the cohort deltas ``D_j = y_j - w^t``; scores
+    ``s = psi(q, D_j) / temperature`` with a softmax over ``j`` in the cohort:
+
+    - ``self``: ``q_i = D_i``; ``w^{t+1} = w^t + (1/K) sum_i sum_j alpha_ij D_j`` (``K x K`` matrix);
+    - ``global``: ``q = mean_j D_j``; ``w^{t+1} = w^t + sum_j alpha_j D_j``;
+    - ``time``: ``s_j = psi(dW_j_prev, D_j)`` (each client's previous delta against its current one),
+      ``alpha = softmax_j(s)``; ``w^{t+1} = w^t + sum_j alpha_j D_j``.
+
+    ``psi`` is the dot product of the flattened deltas (``dot``, paper), ``scaled_dot``
+    (``dot / sqrt(d)``) or ``cosine``.
+
+    Readings:
+
+    - ``time`` uses SPEC's reading: client ``j``'s previous delta is scored against its *own*
+      current delta (the paper's printed denominator mixes indices). ``dW_j_prev = y_j - w`` of the
+      client's last participation, which may be many rounds ago under sampling; a client seen for
+      the first time has ``dW_j_prev = 0`` and score 0.
+    - The softmax subtracts the row maximum, so large dot products give a sharp but finite attention.
+    - Used alone, IGFL-S keeps its own store of previous deltas (only in ``time`` mode, which needs
+      it); :class:`~callbacks.IGFL` shares one store between client and server.
+
+    TensorBoard (step = round number ``t + 1``): ``server/attention``, the attention matrix
+    (``self``) or vector as a heat map with client ids on the axes (the paper's Fig. 2), every
+    ``figure_every_n_rounds`` rounds; ``server/weights``, a histogram of each client's effective
+    weight (``mean_i alpha_ij`` for ``self``, ``alpha_j`` otherwise).
+
+    Args:
+        attention: ``self`` (default), ``global`` or ``time``.
+        similarity: ``dot`` (default), ``scaled_dot`` or ``cosine``.
+        temperature: Score divisor ``> 0``. Default 1.0.
+        figure_every_n_rounds: Log the attention image every this many rounds (0: never). Default 1.
+
+    Raises:
+        ConfigError: If ``attention`` or ``similarity`` is not an allowed value, ``temperature`` is
+            not a finite number ``> 0``, or ``figure_every_n_rounds`` is not an integer ``>= 0``.
+
+    Example (YAML)::
+
+        - class_path: callbacks.IGFLServer
+          init_args: {attention: time, similarity: dot, temperature: 1.0}
+    """
+
+    def __init__(self, attention: str = "self", similarity: str = "dot", temperature: float = 1.0,
+                 figure_every_n_rounds: int = 1) -> None:
+        super().__init__()
+        check_choice("attention", attention, ATTENTION_MODES)
+        check_choice("similarity", similarity, SIMILARITIES)
+        if isinstance(temperature, bool) or not (isinstance(temperature, (int, float)) and math.isfinite(temperature)
+                                                 and temperature > 0):
+            raise ConfigError(f"temperature must be a finite number > 0; got {temperature!r}")
+        if isinstance(figure_every_n_rounds, bool) or not isinstance(figure_every_n_rounds, int) \
+                or figure_every_n_rounds < 0:
+            raise ConfigError(f"figure_every_n_rounds must be an integer >= 0; got {figure_every_n_rounds!r}")
+        self.attention = attention
+        self.similarity = similarity
+        self.temperature = float(temperature)
+        self.figure_every_n_rounds = figure_every_n_rounds
+        self.memory = IGFLMemory(keep_client_deltas=self._keeps_client_deltas())
+        self.last_attention: Tensor | None = None
+
+    def _keeps_client_deltas(self) -> bool:
+        return self.attention == "time"
+
+    @override
+    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
+                  update: CohortUpdate) -> Tensor:
+        prev = self.memory.prev_deltas(update.client_ids, global_w) if self.attention == "time" else None
+        new_w, attention = igfl_attention_aggregate(global_w, update.weights, prev, self.attention, self.similarity,
+                                                    self.temperature)
+        self.memory.record(global_w, new_w, update.client_ids, update.weights)
+        self.last_attention = attention
+        self._log(loop, round_idx, attention, update.client_ids)
+        return new_w
+
+    def _log(self, loop: Any, round_idx: int, attention: Tensor, client_ids: Tensor) -> None:
+        step = round_idx + 1
+        effective = attention.mean(dim=0) if attention.dim() == 2 else attention
+        figure = self.figure_every_n_rounds > 0 and round_idx % self.figure_every_n_rounds == 0
+        for writer in loop.tensorboard():
+            writer.add_histogram("server/weights", effective.detach().float().cpu(), step)
+            if figure:
+                writer.add_figure("server/attention", attention_figure(attention, client_ids.tolist(), step), step)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return self.memory.state_dict()
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.memory.load_state_dict(state_dict)

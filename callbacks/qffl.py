@@ -1,0 +1,92 @@
+"""q-FFL / q-FedAvg: fair resource allocation (SPEC section 2)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+from typing_extensions import override
+
+from callbacks._common import describe_optimizer, is_plain_sgd, log_server_scalars, probe_client_optimizer
+from callbacks.base import AggregationCallback
+from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.functional.qffl import qffl_step
+from lightning_fl.validation import ConfigError, check_non_negative
+
+if TYPE_CHECKING:
+    from lightning_fl.loop import FederatedLoop
+
+
+class QFFL(AggregationCallback):
+    """q-FFL / q-FedAvg (Li et al. 2020): clients with a higher loss get a larger share of the update.
+
+    SPEC section 2, each round, with ``eta_l`` the client learning rate::
+
+        L = 1 / eta_l
+        F_k = loss_before_k + 1e-10      (loss of w^t on client k's train split, before training)
+        dw_k = L (w^t - y_k)
+        D_k = F_k^q dw_k
+        h_k = q F_k^(q-1) ||dw_k||^2 + L F_k^q
+        w^{t+1} = w^t - sum_k D_k / sum_k h_k
+
+    The callback sets ``requires_loss_before`` so the engine measures ``loss_before_k`` (one extra
+    forward pass over each cohort member's train split per round). Math:
+    :func:`lightning_fl.functional.qffl.qffl_step`.
+
+    Readings (see the functional module): ``||dw_k||^2`` is over the whole flattened state; the
+    aggregate is never weighted by ``n_k`` (``q = 0`` gives the *unweighted* mean of the cohort);
+    ``max_j F_j^q`` is divided out of numerator and denominator to avoid overflow. ``F_k > 0`` keeps
+    ``sum h_k > 0``, so there is no degenerate normalisation. ``L = 1 / eta_l`` is the Lipschitz
+    estimate of plain SGD, so the client optimizer must be ``torch.optim.SGD`` with momentum 0
+    (checked before training). Stateless across rounds; needs per-client losses, so it does not run
+    in hierarchy mode.
+
+    TensorBoard (step = round number ``t + 1``): ``server/update_norm`` (``||w^{t+1} - w^t||_2``) and
+    ``server/loss_before_mean`` (cohort mean of ``loss_before_k``).
+
+    Args:
+        q: Fairness exponent ``q >= 0`` (0: unweighted averaging). Default 1.0.
+
+    Raises:
+        ConfigError: If ``q < 0``; at set-up, if the client optimizer is not ``torch.optim.SGD`` with
+            momentum 0.
+
+    Example (YAML)::
+
+        model:
+          optimizer: {class_path: torch.optim.SGD, init_args: {lr: 0.01}}
+        trainer:
+          callbacks:
+            - class_path: callbacks.QFFL
+              init_args: {q: 1.0}
+    """
+
+    requires_loss_before = True
+
+    def __init__(self, q: float = 1.0) -> None:
+        super().__init__()
+        check_non_negative("q", q)
+        self.q = float(q)
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: FederatedLoop, stage: str) -> None:
+        if stage != "fit":
+            return
+        optimizer = probe_client_optimizer(pl_module)
+        if not is_plain_sgd(optimizer) or pl_module.client_momentum != 0.0:
+            raise ConfigError(f"optimizer: q-FFL needs torch.optim.SGD with momentum 0 (it takes L = 1/lr); got"
+                              f" {describe_optimizer(optimizer)}")
+
+    @override
+    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
+                  update: CohortUpdate) -> Tensor:
+        if update.loss_before is None:
+            raise RuntimeError("q-FFL needs CohortUpdate.loss_before; the engine did not measure it")
+        new_w = qffl_step(global_w, update.weights, update.loss_before, loop.client_lr, self.q)
+        log_server_scalars(loop, round_idx, {
+            "server/update_norm": float(torch.linalg.vector_norm(new_w - global_w)),
+            "server/loss_before_mean": float(update.loss_before.double().mean()),
+        })
+        return new_w

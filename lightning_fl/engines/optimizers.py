@@ -1,0 +1,116 @@
+"""Client optimizers on cohort-stacked parameters: which ones are exact, and their per-client state.
+
+The vectorized engine builds the configured client optimizer once over parameters with a leading
+cohort dimension ``(C, *shape)``. That is exact (SPEC section 1: every client runs *the* client
+optimizer) only for optimizers whose update of an element depends on that element's parameter,
+gradient and state alone, plus scalars that are the same for every client (the learning rate, and the
+step count, which all stepping clients share). Optimizers that look at whole tensors (norms, matrix
+factorisations, line searches) would mix clients and are refused.
+
+The module also converts optimizer state between the stacked layout and the per-client
+``state_dict`` the sequential engine stores in :class:`~lightning_fl.client_state.ClientStateStore`
+(``keep_client_optimizer_state``), so both engines read and write the same format.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+# Each update is element-wise with per-tensor scalar state (step counts, NAdam's mu product, ASGD's
+# eta/mu) that depends only on the number of steps taken; checked against the sequential engine in
+# tests/test_vectorized_engine.py.
+ELEMENT_WISE_OPTIMIZERS: tuple[type[Optimizer], ...] = (
+    torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW, torch.optim.Adamax, torch.optim.NAdam, torch.optim.RAdam,
+    torch.optim.RMSprop, torch.optim.Adagrad, torch.optim.Adadelta, torch.optim.Rprop, torch.optim.ASGD,
+)
+
+# Scalar state entries; only needed to tell them from the state of a 0-dim parameter in a saved
+# single-client state (in the stacked layout every parameter has a leading cohort dimension).
+_SCALAR_KEYS = frozenset({"step", "mu_product", "eta", "mu"})
+
+
+def optimizer_problem(factory: Callable[[Iterable[Tensor]], Optimizer]) -> str | None:
+    """Why ``factory``'s optimizer cannot run on stacked parameters, or ``None`` if it can.
+
+    The exact class is checked: a subclass may override ``step`` with a non-element-wise update.
+    """
+    try:
+        probe = factory([torch.nn.Parameter(torch.zeros(2))])
+    except Exception as err:  # noqa: BLE001 - a factory that cannot build is reported, not raised here
+        return f"the client optimizer cannot be built ({err})"
+    if type(probe) not in ELEMENT_WISE_OPTIMIZERS:
+        allowed = ", ".join(cls.__name__ for cls in ELEMENT_WISE_OPTIMIZERS)
+        return f"client optimizer {type(probe).__name__} is not element-wise (supported: {allowed})"
+    if len(probe.param_groups) != 1:
+        return "the client optimizer must put all parameters in one parameter group"
+    return None
+
+
+def _is_row_state(value: Any, leaf: Tensor) -> bool:
+    """Whether a stacked state entry holds one row per client (vs. a shared scalar)."""
+    return isinstance(value, Tensor) and value.dim() > 0 and value.shape == leaf.shape
+
+
+def narrow_state(optimizer: Optimizer, leaves: Sequence[Tensor], old_rows: int, new_rows: int) -> None:
+    """Keep only the first ``new_rows`` rows of every per-client state tensor (views, no copy).
+
+    Called right after the parameters' ``.data`` became their first ``new_rows`` rows: the clients
+    beyond them have finished, and their rows (parameters and state) stay untouched in memory.
+    """
+    for leaf in leaves:
+        state = optimizer.state.get(leaf)
+        if not state:
+            continue
+        for key, value in state.items():
+            if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == old_rows:
+                state[key] = value[:new_rows]
+
+
+def client_state(optimizer: Optimizer, leaves: Sequence[Tensor], row: int) -> dict[str, Any]:
+    """The ``state_dict`` a single-client optimizer would have for row ``row`` (cloned)."""
+    state: dict[int, dict[str, Any]] = {}
+    for index, leaf in enumerate(leaves):
+        entries = optimizer.state.get(leaf)
+        if not entries:
+            continue
+        state[index] = {
+            key: (value[row].clone() if _is_row_state(value, leaf) else
+                  value.clone() if isinstance(value, Tensor) else copy.deepcopy(value))
+            for key, value in entries.items()
+        }
+    return {"state": state, "param_groups": optimizer.state_dict()["param_groups"]}
+
+
+def state_signature(saved: dict[str, Any] | None) -> Hashable:
+    """What must be equal for clients to share one stacked optimizer: which entries exist and the
+    values of the shared scalars (e.g. Adam's step count). ``None`` for a fresh optimizer."""
+    if saved is None:
+        return None
+    parts = []
+    for index, entries in sorted(saved["state"].items()):
+        items = []
+        for key, value in sorted(entries.items()):
+            scalar = not isinstance(value, Tensor) or value.dim() == 0 and key in _SCALAR_KEYS
+            items.append((key, float(value) if scalar and isinstance(value, (Tensor, int, float)) else "row"))
+        parts.append((index, tuple(items)))
+    return tuple(parts)
+
+
+def stack_states(saved: Sequence[dict[str, Any]], param_shapes: Sequence[torch.Size]) -> dict[str, Any]:
+    """One stacked ``state_dict`` from per-client ones with the same :func:`state_signature`."""
+    first = saved[0]
+    state: dict[int, dict[str, Any]] = {}
+    for index, entries in first["state"].items():
+        stacked: dict[str, Any] = {}
+        for key, value in entries.items():
+            per_row = isinstance(value, Tensor) and value.shape == param_shapes[index] and not (
+                value.dim() == 0 and key in _SCALAR_KEYS)
+            stacked[key] = torch.stack([s["state"][index][key] for s in saved]) if per_row else value
+        state[index] = stacked
+    return {"state": state, "param_groups": copy.deepcopy(first["param_groups"])}

@@ -1,0 +1,111 @@
+"""Three-layer (client / institution / server) training as a mode of the FederatedLoop (SPEC section 6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightning_fl.validation import ConfigError, check_choice, check_positive
+
+ASSIGNMENTS = ("contiguous", "round_robin", "explicit")
+
+
+class Hierarchy:
+    """Institutions that each own a fixed set of clients, and their local-aggregation schedule.
+
+    One global iteration (one Trainer epoch): every institution starts from the server model
+    ``w^(c)``; for ``local_rounds`` (``tau_i``) rounds each of its clients trains ``epochs[m]`` local
+    epochs from the institution model and the institution averages them weighted by ``|D_n|``; then
+    the run's aggregation callback combines the institution models (FedAvg: weighted by
+    ``|D^(m)|``, SPEC eqs. 3-7; FedAdp is the Tempo paper's alternative).
+
+    Args:
+        num_institutions: ``M``.
+        assignment: ``contiguous`` (blocks of consecutive client ids), ``round_robin`` (client ``k``
+            goes to institution ``k mod M``) or ``explicit`` (``institutions`` lists the clients).
+        local_rounds: ``tau_i``, institution aggregations per global iteration.
+        institutions: With ``assignment: explicit``, one list of client ids per institution.
+
+    Raises:
+        ConfigError: On ``tau_i < 1``, an unknown assignment, an institution with no clients, a client
+            assigned twice or a client id out of range (checked against the data at setup).
+
+    Example (YAML)::
+
+        model:
+          hierarchy:
+            num_institutions: 5
+            assignment: contiguous
+            local_rounds: 4
+    """
+
+    def __init__(self, num_institutions: int = 5, assignment: str = "contiguous", local_rounds: int = 4,
+                 institutions: list[list[int]] | None = None) -> None:
+        check_choice("hierarchy.assignment", assignment, ASSIGNMENTS)
+        check_positive("hierarchy.local_rounds", local_rounds, integer=True)
+        if assignment == "explicit":
+            if not institutions:
+                raise ConfigError("hierarchy.institutions must list the client ids of every institution when"
+                                  " hierarchy.assignment is explicit")
+            num_institutions = len(institutions)
+        check_positive("hierarchy.num_institutions", num_institutions, integer=True)
+        self.num_institutions = num_institutions
+        self.assignment = assignment
+        self.local_rounds = local_rounds
+        self.institutions_config = institutions
+        self.members: list[Tensor] = []
+        self.epochs = torch.zeros(num_institutions, dtype=torch.long)
+        self.participation = torch.zeros(num_institutions, dtype=torch.long)
+
+    def setup(self, num_clients: int, local_epochs: int) -> None:
+        """Assign clients to institutions and start every institution at ``local_epochs``."""
+        self.members = assign_clients(num_clients, self.num_institutions, self.assignment, self.institutions_config)
+        if not bool((self.epochs > 0).all()):
+            self.epochs = torch.full((self.num_institutions,), local_epochs, dtype=torch.long)
+
+    def set_epochs(self, epochs: Tensor) -> None:
+        """Local epochs per institution for the next global iteration (Tempo)."""
+        if epochs.shape != (self.num_institutions,) or bool((epochs < 1).any()):
+            raise ValueError(f"epochs must be {self.num_institutions} integers >= 1; got {epochs.tolist()}")
+        self.epochs = epochs.to(torch.long).cpu().clone()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epochs": self.epochs.clone(), "participation": self.participation.clone(),
+                "members": [m.clone() for m in self.members]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        members = [m.clone() for m in state["members"]]
+        if len(members) != len(self.members) or any(not torch.equal(a, b) for a, b in zip(members, self.members)):
+            raise ConfigError("hierarchy assignment differs from the checkpoint's; resume with the same hierarchy")
+        self.epochs = state["epochs"].clone()
+        self.participation = state["participation"].clone()
+
+
+def assign_clients(num_clients: int, num_institutions: int, assignment: str,
+                   institutions: list[list[int]] | None = None) -> list[Tensor]:
+    """Client ids of each institution (sorted ``long`` tensors).
+
+    Raises:
+        ConfigError: If an institution gets no client, a client is assigned twice or an id is out of range.
+    """
+    if assignment == "explicit":
+        members = [torch.tensor(sorted(ids), dtype=torch.long) for ids in institutions or []]
+        flat = torch.cat(members) if members else torch.zeros(0, dtype=torch.long)
+        if len(flat) and (int(flat.min()) < 0 or int(flat.max()) >= num_clients):
+            raise ConfigError(f"hierarchy.institutions client ids must be between 0 and {num_clients - 1}")
+        counts = torch.bincount(flat, minlength=num_clients)
+        if bool((counts > 1).any()):
+            raise ConfigError(f"hierarchy.institutions assigns client {int((counts > 1).nonzero()[0])} more than once")
+    elif num_institutions > num_clients:
+        raise ConfigError(f"hierarchy.num_institutions must be between 1 and {num_clients} (the number of clients);"
+                          f" got {num_institutions}")
+    elif assignment == "contiguous":
+        members = [block.clone() for block in torch.arange(num_clients).tensor_split(num_institutions)]
+    else:
+        members = [torch.arange(m, num_clients, num_institutions) for m in range(num_institutions)]
+    for m, ids in enumerate(members):
+        if len(ids) == 0:
+            raise ConfigError(f"hierarchy institution {m} has no clients; every institution needs at least one")
+    return members

@@ -1,0 +1,146 @@
+"""Three-layer training (SPEC 6): equivalence, schedule, Tempo epochs, communication accounting, resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from callbacks.communication_cost import estimate_round_seconds, transfer_seconds
+from callbacks.fedavg import FedAvg
+from lightning_fl.hierarchy import assign_clients
+from lightning_fl.rounds import RoundTraffic
+from lightning_fl.validation import ConfigError
+from tests.conftest import run_cli
+
+CKPT = {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint", "init_args": {"save_last": True, "save_top_k": 0}}
+
+
+def _run_dir(tmp_path: Path, version: int) -> Path:
+    return tmp_path / "logs" / "run" / f"version_{version}"
+
+
+def _weights(tmp_path: Path, version: int) -> dict[str, torch.Tensor]:
+    return torch.load(_run_dir(tmp_path, version) / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+
+
+def _scalars(tmp_path: Path, version: int, tag: str) -> list[tuple[int, float]]:
+    acc = EventAccumulator(str(_run_dir(tmp_path, version)), size_guidance={"scalars": 0})
+    acc.Reload()
+    return [(e.step, e.value) for e in acc.Scalars(tag)]
+
+
+def _hierarchy(num_institutions=2, local_rounds=2, **extra):
+    return {"num_institutions": num_institutions, "local_rounds": local_rounds, **extra}
+
+
+def test_two_single_client_institutions_equal_flat_fedavg(tiny, tmp_path):
+    two_clients = {"data.init_args.num_clients": 2, "model.clients_per_round": 2, "trainer.max_epochs": 3}
+    assert run_cli("fit", "--config", str(tiny(**two_clients))) == 0
+    hierarchical = tiny(**two_clients, **{"model.hierarchy": _hierarchy(2, 1)})
+    assert run_cli("fit", "--config", str(hierarchical)) == 0
+    flat, tiered = _weights(tmp_path, 0), _weights(tmp_path, 1)
+    for name in flat:
+        assert torch.equal(flat[name], tiered[name]), name
+
+
+class _Recorder(FedAvg):
+    """FedAvg that records the order of local trainings and server aggregations."""
+
+    events: list[tuple] = []
+
+    def on_local_train_start(self, ctx):
+        for client in ctx.client_ids.tolist():
+            _Recorder.events.append(("local", ctx.round_idx, ctx.sub_round, client))
+
+    def aggregate(self, trainer, loop, round_idx, global_w, update):
+        _Recorder.events.append(("server", round_idx, tuple(update.client_ids.tolist())))
+        return super().aggregate(trainer, loop, round_idx, global_w, update)
+
+
+def test_institution_rounds_happen_before_each_server_aggregation(tiny):
+    _Recorder.events = []
+    config = tiny(**{"model.hierarchy": _hierarchy(2, 3), "trainer.max_epochs": 2,
+                     "trainer.callbacks": [{"class_path": "tests.hierarchy.test_hierarchy._Recorder"}]})
+    assert run_cli("fit", "--config", str(config)) == 0
+    events = _Recorder.events
+    # 6 clients in 2 contiguous institutions ([0,1,2], [3,4,5]); tau_i = 3 -> 18 local trainings per round.
+    expected = []
+    for t in range(2):
+        for members in ([0, 1, 2], [3, 4, 5]):
+            expected += [("local", t, r, k) for r in range(3) for k in members]
+        expected.append(("server", t, (0, 1)))
+    assert events == expected
+
+
+def test_communication_bytes_follow_the_parameter_count(tiny, tmp_path):
+    comm = {"class_path": "callbacks.CommunicationCost"}
+    flat = tiny(**{"trainer.callbacks": [comm, CKPT]})
+    assert run_cli("fit", "--config", str(flat)) == 0
+    model_bytes = (60 * 10 + 10) * 4  # LogisticRegression(60, 10) in fp32
+    assert _scalars(tmp_path, 0, "comm/client_up_bytes")[0] == (1, 3 * model_bytes)  # K = 3 clients
+    assert _scalars(tmp_path, 0, "comm/total_bytes")[-1] == (4, 4 * 2 * 3 * model_bytes)
+    tiered = tiny(**{"trainer.callbacks": [comm, CKPT], "model.hierarchy": _hierarchy(2, 2)})
+    assert run_cli("fit", "--config", str(tiered)) == 0
+    assert _scalars(tmp_path, 1, "comm/client_up_bytes")[0] == (1, 6 * 2 * model_bytes)  # N clients x tau_i
+    assert _scalars(tmp_path, 1, "comm/institution_down_bytes")[0] == (1, 2 * model_bytes)
+    per_round = 2 * (12 + 2) * model_bytes
+    assert _scalars(tmp_path, 1, "comm/total_bytes")[-1] == (4, 4 * per_round)
+
+
+def test_network_time_model_by_hand():
+    # 1 MB over 8 Mbit/s = 1 s, plus 100 ms latency.
+    assert transfer_seconds(1_000_000, 8.0, 100.0) == pytest.approx(1.1)
+    traffic = RoundTraffic(1_000_000, {"client": 4, "institution": 2}, [[0.5, 0.5], [2.0, 1.0]])
+    # institution 0: 2 x (0.5 + 2 x 1.1) = 5.4; institution 1: (2 + 2.2) + (1 + 2.2) = 7.4; + 2 x 0.5 s uplink.
+    assert estimate_round_seconds(traffic, (8.0, 100.0), (16.0, 0.0)) == pytest.approx(7.4 + 1.0)
+
+
+def test_tempo_runs_and_resumes_exactly(tiny, tmp_path):
+    tempo = {"class_path": "callbacks.Tempo", "init_args": {"initial_epochs": 2}}
+    settings = {"model.hierarchy": _hierarchy(3, 2), "trainer.callbacks": [tempo, CKPT]}
+    assert run_cli("fit", "--config", str(tiny(**settings))) == 0
+    epochs = [_scalars(tmp_path, 0, f"tempo/epochs_{m}") for m in range(3)]
+    distances = [_scalars(tmp_path, 0, f"tempo/distance_{m}") for m in range(3)]
+    for r in range(4):
+        d = torch.tensor([distances[m][r][1] for m in range(3)])
+        e = [epochs[m][r][1] for m in range(3)]
+        # c = 2: the closest institution gets 2c = 4 epochs, the farthest c/2 = 1.
+        assert e[int(d.argmin())] == 4 and e[int(d.argmax())] == 1
+    assert run_cli("fit", "--config", str(tiny(**settings, **{"trainer.max_epochs": 2}))) == 0
+    half = _run_dir(tmp_path, 1) / "checkpoints" / "last.ckpt"
+    assert run_cli("fit", "--config", str(tiny(**settings)), "--ckpt_path", str(half)) == 0
+    full, resumed = _weights(tmp_path, 0), _weights(tmp_path, 2)
+    for name in full:
+        assert torch.equal(full[name], resumed[name]), name
+
+
+@pytest.mark.parametrize(("hierarchy", "message"), [
+    (_hierarchy(2, 0), "hierarchy.local_rounds must be an integer >= 1; got 0"),
+    (_hierarchy(9, 1), "hierarchy.num_institutions must be between 1 and 6 (the number of clients); got 9"),
+    ({"assignment": "explicit", "institutions": [[0, 1], []]}, "hierarchy institution 1 has no clients"),
+    ({"assignment": "explicit", "institutions": [[0, 1], [1, 2]]}, "assigns client 1 more than once"),
+    ({"assignment": "spread"}, "hierarchy.assignment must be one of contiguous, round_robin, explicit"),
+])
+def test_bad_hierarchy_fails_with_one_line(tiny, capsys, hierarchy, message):
+    assert run_cli("fit", "--config", str(tiny(**{"model.hierarchy": hierarchy}))) == 2
+    assert message in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_tempo_needs_a_hierarchy_and_positive_c(tiny, capsys):
+    assert run_cli("fit", "--config", str(tiny(**{"trainer.callbacks": [{"class_path": "callbacks.Tempo"}]}))) == 2
+    assert "Tempo needs model.hierarchy" in capsys.readouterr().err
+    bad_c = {"class_path": "callbacks.Tempo", "init_args": {"initial_epochs": 0}}
+    config = tiny(**{"trainer.callbacks": [bad_c], "model.hierarchy": _hierarchy()})
+    assert run_cli("fit", "--config", str(config)) == 2
+    assert "initial_epochs must be an integer >= 1; got 0" in capsys.readouterr().err
+
+
+def test_round_robin_and_explicit_assignment():
+    assert [m.tolist() for m in assign_clients(5, 2, "round_robin")] == [[0, 2, 4], [1, 3]]
+    assert [m.tolist() for m in assign_clients(5, 2, "contiguous")] == [[0, 1, 2], [3, 4]]
+    assert [m.tolist() for m in assign_clients(5, 2, "explicit", [[4, 0], [1]])] == [[0, 4], [1]]
+    with pytest.raises(ConfigError, match="between 0 and 4"):
+        assign_clients(5, 2, "explicit", [[5], [1]])
