@@ -3,9 +3,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-CONFIG ?= configs/fedavg_synthetic.yaml
+CONFIG ?= configs/fedfa_synthetic.yaml
+DATA ?= synthetic_1_1
+ROUNDS ?=
+LOGS ?= lightning_logs
 
-.PHONY: train test tensorboard bench clean-venv
+.PHONY: train test tensorboard compare tempo bench data clean-venv
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,14 +16,29 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
+## train: the main job (CONFIG=..., default FedFa on Synthetic(1,1), a few minutes on 2 CPU cores)
 train: $(STAMP)
 	$(PY) -m lightning_fl fit --config $(CONFIG)
 
+## test: the test suite
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+## tensorboard: open the logs of every run
 tensorboard: $(STAMP)
-	$(VENV)/bin/tensorboard --logdir lightning_logs
+	$(VENV)/bin/tensorboard --logdir $(LOGS)
+
+## compare: FedAvg, FedProx, q-FFL, FedFa-mo and FedFa on one dataset and seed (DATA=synthetic_0_0|..|digits)
+compare: $(STAMP)
+	$(PY) -m lightning_fl.compare --save-dir $(LOGS)/compare_$(DATA) --data $(DATA) $(if $(ROUNDS),--rounds $(ROUNDS)) \
+		FedAvg=configs/fedavg_synthetic.yaml FedProx=configs/fedprox_synthetic.yaml \
+		q-FFL=configs/qffl_synthetic.yaml FedFa-mo=configs/fedfa_mo_synthetic.yaml FedFa=configs/fedfa_synthetic.yaml
+
+## tempo: Tempo against FedAdp with fixed 4, 6, 8 local epochs (three-layer, rounds and time to target)
+tempo: $(STAMP)
+	$(PY) -m lightning_fl.compare --save-dir $(LOGS)/tempo $(if $(ROUNDS),--rounds $(ROUNDS)) \
+		Tempo=configs/tempo_synthetic.yaml FedAdp-E4=configs/fedadp_e4_hierarchy_synthetic.yaml \
+		FedAdp-E6=configs/fedadp_e6_hierarchy_synthetic.yaml FedAdp-E8=configs/fedadp_e8_hierarchy_synthetic.yaml
 
 clean-venv:
 	rm -rf $(VENV)

@@ -23,7 +23,9 @@ class RoundsToTarget(FederatedCallback):
     """Records the first round at which ``monitor`` reaches ``target`` and the wall time to it.
 
     As in DWFed Table 2 and Tempo Table 1. The wall time counts training and evaluation of this run
-    and of the runs it was resumed from (the elapsed time is part of the checkpointed state).
+    and of the runs it was resumed from (the elapsed time is part of the checkpointed state). With a
+    :class:`~callbacks.CommunicationCost` network model in the run, the estimated deployment time
+    (``net/elapsed_seconds``) at that round is recorded too.
     Logs ``target/round`` and ``target/seconds`` once reached and writes ``rounds_to_target.json`` in
     the log directory at the end of the run.
 
@@ -48,6 +50,7 @@ class RoundsToTarget(FederatedCallback):
         self.monitor, self.target, self.mode, self.stop = monitor, target, mode, stop
         self.reached_round: int | None = None
         self.reached_seconds: float | None = None
+        self.reached_estimated_seconds: float | None = None
         self.elapsed_before = 0.0
         self._session_start = time.perf_counter()
 
@@ -77,7 +80,7 @@ class RoundsToTarget(FederatedCallback):
     def result(self) -> dict[str, Any]:
         """The target, whether and when it was reached."""
         return {"monitor": self.monitor, "target": self.target, "mode": self.mode, "round": self.reached_round,
-                "seconds": self.reached_seconds}
+                "seconds": self.reached_seconds, "estimated_seconds": self.reached_estimated_seconds}
 
     def _elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self._session_start
@@ -91,6 +94,8 @@ class RoundsToTarget(FederatedCallback):
         if hit and not math.isnan(value):
             self.reached_round = loop.rounds_completed
             self.reached_seconds = self._elapsed()
+            estimated = trainer.callback_metrics.get("net/elapsed_seconds")
+            self.reached_estimated_seconds = None if estimated is None else float(estimated)
             loop.log_round({"target/round": float(self.reached_round), "target/seconds": self.reached_seconds},
                            callback_metrics=False)
             if self.stop:
@@ -99,12 +104,13 @@ class RoundsToTarget(FederatedCallback):
     @override
     def state_dict(self) -> dict[str, Any]:
         return {"reached_round": self.reached_round, "reached_seconds": self.reached_seconds,
-                "elapsed": self._elapsed()}
+                "reached_estimated_seconds": self.reached_estimated_seconds, "elapsed": self._elapsed()}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.reached_round = state_dict["reached_round"]
         self.reached_seconds = state_dict["reached_seconds"]
+        self.reached_estimated_seconds = state_dict["reached_estimated_seconds"]
         self.elapsed_before = state_dict["elapsed"]
         self._session_start = time.perf_counter()
 

@@ -110,6 +110,9 @@ class FederatedLoop(LightningModule):
             check_positive("max_parallel_clients", max_parallel_clients, integer=True)
         self.client_lr, self.client_momentum = _probe_optimizer(optimizer)
         self.automatic_optimization = False
+        # An empty parameter whose no-op optimizer step marks each round as one `global_step`, so
+        # ModelCheckpoint/EarlyStopping (which count optimizer steps) see progress every round.
+        self.server_step_marker = torch.nn.Parameter(torch.zeros(0))
         self.model = client
         self.optimizer_factory = optimizer
         self.clients_per_round = clients_per_round
@@ -201,9 +204,14 @@ class FederatedLoop(LightningModule):
             self._log_partition()
 
     @override
-    def configure_optimizers(self) -> None:
-        # Client optimizers are built per client by the engine from `optimizer`; the loop has none.
-        return None
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        # Client optimizers are built per client by the engine from `optimizer`; this one only steps
+        # the empty marker (lr 0), so that the Trainer's global_step counts rounds.
+        return torch.optim.SGD([self.server_step_marker], lr=0.0)
+
+    def _count_server_step(self) -> None:
+        self.server_step_marker.grad = torch.zeros_like(self.server_step_marker)  # fp16 scaler needs a grad
+        self.optimizers().step()
 
     # ------------------------------------------------------------------ one round
     @override
@@ -216,6 +224,7 @@ class FederatedLoop(LightningModule):
         else:
             update, self.last_traffic = run_hierarchical_round(self, round_idx)
         self._apply_aggregation(round_idx, update)
+        self._count_server_step()
         self.rounds_completed = round_idx + 1
         self.last_update = update
         weights = update.num_samples.double() / update.num_samples.sum()
@@ -303,6 +312,8 @@ class FederatedLoop(LightningModule):
         datamodule = self.trainer.datamodule
         for writer in self.tensorboard():
             writer.add_figure("data/label_distribution", datamodule.partition_figure(), 0)
+            writer.add_histogram("data/client_emd", datamodule.emd_to_population(), 0)
+            writer.add_histogram("data/client_train_size", datamodule.data.train_sizes().float(), 0)
             summary = datamodule.partition_summary()
             writer.add_text("data/summary", "\n".join(f"- {k}: {v}" for k, v in summary.items()), 0)
 

@@ -80,6 +80,9 @@ def test_resume_is_exact(tiny, tmp_path, extra):
         assert torch.equal(uninterrupted[name], resumed[name]), name
     ckpt_a = torch.load(_version_dir(tmp_path, 0) / "checkpoints" / "last.ckpt", weights_only=False)
     ckpt_b = torch.load(_version_dir(tmp_path, 2) / "checkpoints" / "last.ckpt", weights_only=False)
+    assert torch.load(half, weights_only=False)["federated"]["rounds_completed"] == 2
+    assert ckpt_a["federated"]["rounds_completed"] == ckpt_b["federated"]["rounds_completed"] == 4
+    assert ckpt_a["global_step"] == ckpt_b["global_step"] == 4  # one server step per round
     assert torch.equal(ckpt_a["federated"]["clients"]["participation"], ckpt_b["federated"]["clients"]["participation"])
     history_a = ckpt_a["callbacks"]["FairnessMetrics"]["history"]
     assert history_a == ckpt_b["callbacks"]["FairnessMetrics"]["history"] and len(history_a) == 2
@@ -106,3 +109,21 @@ def test_validate_and_test_evaluate_every_client(tiny, tmp_path):
     assert events.Scalars("test/acc_mean")[-1].value == pytest.approx(fit_history[-1]["acc_mean"], abs=1e-6)
     assert events.Scalars("test/acc_mean")[-1].step == 4
     assert run_cli("validate", "--config", str(config), "--ckpt_path", str(ckpt)) == 0
+
+
+def test_early_stopping_and_checkpoint_monitor_fairness_metrics(tiny, tmp_path):
+    callbacks = [
+        {"class_path": "callbacks.FairnessMetrics"},
+        # Patience 0 on a metric that must reach 2.0 stops at the second evaluation (round 4 of 10).
+        {"class_path": "pytorch_lightning.callbacks.EarlyStopping",
+         "init_args": {"monitor": "val/acc_worst20", "mode": "max", "patience": 0, "stopping_threshold": 2.0,
+                       "min_delta": 1.0}},
+        {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+         "init_args": {"monitor": "val/acc_mean", "mode": "max", "save_top_k": 1, "save_last": True}},
+    ]
+    config = tiny(**{"trainer.max_epochs": 10, "trainer.callbacks": callbacks})
+    assert run_cli("fit", "--config", str(config)) == 0
+    ckpt = torch.load(_version_dir(tmp_path) / "checkpoints" / "last.ckpt", weights_only=False)
+    assert ckpt["federated"]["rounds_completed"] == 4
+    best = [p for p in (_version_dir(tmp_path) / "checkpoints").iterdir() if p.name != "last.ckpt"]
+    assert len(best) == 1 and "epoch=" in best[0].name
