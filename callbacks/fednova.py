@@ -67,7 +67,8 @@ class FedNova(AggregationCallback):
             return
         momentum = pl_module.client_momentum
         if not 0.0 <= momentum < 1.0:
-            raise ConfigError(f"optimizer.init_args.momentum must be in [0, 1) for FedNova's normaliser; got {momentum!r}")
+            raise ConfigError(f"optimizer.init_args.momentum must be in [0, 1) for FedNova's normaliser;"
+                              f" got {momentum!r}")
         optimizer = probe_client_optimizer(pl_module)
         sgd_heavy_ball = (type(optimizer) is torch.optim.SGD and not optimizer.defaults.get("nesterov")
                           and not optimizer.defaults.get("dampening"))

@@ -20,8 +20,7 @@ from lightning_fl.functional.igfl import igfl_client_correction
 if TYPE_CHECKING:
     from lightning_fl.loop import FederatedLoop
 
-_CACHE_PREV = "igfl/prev_delta"
-_CACHE_SERVER = "igfl/server_delta"
+_CACHE_CONSTANT = "igfl/constant"
 
 
 class IGFLMemory:
@@ -83,8 +82,9 @@ class IGFLClientHooks:
     """Mixin: IGFL-C's per-step correction (Algorithm 2) for a callback with ``self.memory``.
 
     Written on ``(C, ...)`` tensors only, so it runs unchanged in the sequential (``C == 1``) and
-    vectorized engines. ``on_local_train_start`` puts the chunk's ``dW_k_prev`` and ``dW_ps``, shaped
-    per trainable parameter, into ``ctx.cache``; ``after_local_step`` adds
+    vectorized engines. ``on_local_train_start`` reads the chunk's ``dW_k_prev`` and ``dW_ps``, shaped
+    per trainable parameter, and caches the step-independent part of the correction,
+    ``- dW_k_prev / (K T) + dW_ps / T``, in ``ctx.cache``; ``after_local_step`` adds
     ``D_G = (1/K) (D_I - dW_k_prev / T) + dW_ps / T`` to the parameters in place (``D_I`` the step the
     client optimizer just took, ``K = ctx.cohort_size``, ``T = ctx.num_steps``). Floating-point
     buffers (e.g. BatchNorm statistics) are not optimizer steps and are not corrected. The flat
@@ -105,21 +105,27 @@ class IGFLClientHooks:
         if layout is None:
             raise RuntimeError(f"{type(self).__name__} needs the federated loop's layout: it is set in the"
                                " callback's setup() hook")
-        names = list(ctx.global_params)
         like = next(iter(ctx.global_params.values()))
         flat_like = torch.empty(layout.numel, dtype=torch.float32, device=like.device)
         prev = layout.unflatten(self.memory.prev_deltas(ctx.client_ids, flat_like))
         server = layout.unflatten(self.memory.server_delta_like(flat_like))
-        ctx.cache[_CACHE_PREV] = {n: prev[n].to(ctx.global_params[n].dtype) for n in names}
-        ctx.cache[_CACHE_SERVER] = {n: server[n].to(ctx.global_params[n].dtype) for n in names}
+        # D_G = D_I / K + [(0 - dW_k_prev / T) / K + dW_ps / T]: the bracket is constant during local
+        # training, so it is computed once here with the same function (D_I = 0), and each step only
+        # adds D_I / K to it (algebraically the SPEC formula; about 8x cheaper per step).
+        constant = {}
+        for name, value in ctx.global_params.items():
+            p = prev[name].to(value.dtype)
+            constant[name] = igfl_client_correction(torch.zeros_like(p), p, server[name].to(value.dtype), ctx.num_steps,
+                                                    ctx.cohort_size)
+        ctx.cache[_CACHE_CONSTANT] = constant
 
     def after_local_step(self, ctx: LocalTrainingContext, params: dict[str, Tensor],
                          step_delta: dict[str, Tensor]) -> None:
-        prev, server = ctx.cache[_CACHE_PREV], ctx.cache[_CACHE_SERVER]
+        constant = ctx.cache[_CACHE_CONSTANT]
+        inv_k = 1.0 / ctx.cohort_size
         with torch.no_grad():
             for name, value in params.items():
-                value.add_(igfl_client_correction(step_delta[name], prev[name], server[name], ctx.num_steps,
-                                                  ctx.cohort_size))
+                value.add_(torch.add(constant[name], step_delta[name], alpha=inv_k))  # += D_G
 
 
 class IGFLClient(IGFLClientHooks, FedAvg):

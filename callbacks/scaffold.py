@@ -11,7 +11,13 @@ from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
-from callbacks._common import clone_or_none, describe_optimizer, is_plain_sgd, log_server_scalars, probe_client_optimizer
+from callbacks._common import (
+    clone_or_none,
+    describe_optimizer,
+    is_plain_sgd,
+    log_server_scalars,
+    probe_client_optimizer,
+)
 from callbacks.base import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
 from lightning_fl.flat_state import FlatStateLayout
@@ -90,7 +96,7 @@ class Scaffold(AggregationCallback):
         self.bind(pl_module.layout, (n for n, p in pl_module.model.named_parameters() if p.requires_grad))
         optimizer = probe_client_optimizer(pl_module)
         if not is_plain_sgd(optimizer):
-            self.warn_once("optimizer", f"SCAFFOLD's option II control update assumes plain SGD; the client optimizer"
+            self._warn_once("optimizer", f"SCAFFOLD's option II control update assumes plain SGD; the client optimizer"
                            f" is {describe_optimizer(optimizer)}, so c_k+ uses lr={pl_module.client_lr} as eta_l"
                            " (an approximation)")
 
@@ -102,7 +108,7 @@ class Scaffold(AggregationCallback):
         self.layout = layout
         self._trainable = set(trainable)
 
-    def warn_once(self, what: str, message: str) -> None:
+    def _warn_once(self, what: str, message: str) -> None:
         if what not in self._warned:
             self._warned.add(what)
             rank_zero_warn(message)

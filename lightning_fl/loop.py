@@ -199,7 +199,8 @@ class FederatedLoop(LightningModule):
         self.federated_callbacks = [c for c in self.trainer.callbacks if isinstance(c, FederatedCallback)]
         if self.hierarchy is not None and not self.aggregator.supports_hierarchy:
             raise ConfigError(f"{type(self.aggregator).__name__} cannot aggregate institutions in model.hierarchy mode"
-                              " (its server step needs per-client updates); use FedAvg, FedProx or FedAdp")
+                              " (its server step needs per-client updates); use FedAvg, FedProx, FedAvgM, FedAdam, FedYogi,"
+                              " FedAdagrad or FedAdp")
         if self.rounds_completed == 0:
             self._log_partition()
 

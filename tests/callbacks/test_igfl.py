@@ -1,0 +1,418 @@
+"""IGFL-C / IGFL-S / IGFL callbacks (SPEC section 4): hand-computed math, engines, resume, the CLI."""
+
+from __future__ import annotations
+
+import math
+import types
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from callbacks.base import AggregationCallback
+from callbacks.fedavg import FedAvg
+from callbacks.igfl import IGFL
+from callbacks.igfl_client import IGFLClient
+from callbacks.igfl_server import IGFLServer
+from datamodules.federated_data import FederatedData, offsets_from_sizes
+from lightning_fl.cli import FederatedCLI
+from lightning_fl.client_state import ClientStateStore
+from lightning_fl.engines import ENGINES, ClientHookSet, LocalTrainingContext, LocalTrainingPlan, SequentialEngine
+from lightning_fl.engines.base import epoch_permutation
+from lightning_fl.flat_state import FlatStateLayout
+from lightning_fl.models import LogisticRegression
+from lightning_fl.validation import ConfigError
+from tests.conftest import run_cli
+
+F64 = torch.float64
+
+
+class Recorder:
+    """A fake loop for ``aggregate``: records what a SummaryWriter would receive."""
+
+    def __init__(self, layout: FlatStateLayout | None = None) -> None:
+        self.layout = layout
+        self.client_lr = 0.1
+        self.histograms: list[tuple[str, torch.Tensor, int]] = []
+        self.figures: list[tuple[str, int]] = []
+        writer = types.SimpleNamespace(
+            add_histogram=lambda tag, values, step: self.histograms.append((tag, values, step)),
+            add_figure=lambda tag, fig, step: self.figures.append((tag, step)),
+        )
+        self.tensorboard = lambda: [writer]
+
+    def log_round(self, metrics, step=None, **kwargs) -> None:
+        pass
+
+
+def update(round_idx, ids, weights, samples=None):
+    k = len(ids)
+    return types.SimpleNamespace(
+        round_idx=round_idx, client_ids=torch.tensor(ids), weights=torch.tensor(weights, dtype=F64),
+        num_samples=torch.tensor(samples if samples is not None else [10] * k), cohort_size=k,
+    )
+
+
+def softmax(xs):
+    m = max(xs)
+    e = [math.exp(x - m) for x in xs]
+    return [v / sum(e) for v in e]
+
+
+def dot(a, b):
+    return sum(x * y for x, y in zip(a, b))
+
+
+def add(w, *vs, scale=1.0):
+    out = list(w)
+    for v in vs:
+        out = [o + scale * x for o, x in zip(out, v)]
+    return out
+
+
+W0 = [1.0, -1.0]
+# Cohort deltas D = y - w^0 = [[1, 0], [0, 2]].
+Y0 = [[2.0, -1.0], [1.0, 1.0]]
+D0 = [[1.0, 0.0], [0.0, 2.0]]
+
+
+# ------------------------------------------------------------------------------- IGFL-S by hand
+def test_self_attention_by_hand():
+    # scores D D^T = [[1, 0], [0, 4]]; rows: alpha_0 = softmax(1, 0), alpha_1 = softmax(0, 4)
+    # w^1 = w^0 + (1/K) sum_i sum_j alpha_ij D_j
+    a0, a1 = softmax([1.0, 0.0]), softmax([0.0, 4.0])
+    col = [(a0[j] + a1[j]) / 2 for j in range(2)]
+    expected = add(W0, *[[col[j] * x for x in D0[j]] for j in range(2)])
+    loop = Recorder()
+    cb = IGFLServer(attention="self")
+    got = cb.aggregate(None, loop, 0, torch.tensor(W0, dtype=F64), update(0, [3, 5], Y0))
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(cb.last_attention, torch.tensor([a0, a1], dtype=F64), rtol=1e-12, atol=1e-12)
+    # The attention matrix is logged as an image, the effective weights as a histogram (step t + 1).
+    assert loop.figures == [("server/attention", 1)]
+    assert loop.histograms[0][0] == "server/weights" and loop.histograms[0][2] == 1
+    torch.testing.assert_close(loop.histograms[0][1].double(), torch.tensor(col, dtype=F64), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(("similarity", "temperature"), [("dot", 1.0), ("scaled_dot", 1.0), ("cosine", 0.5),
+                                                          ("dot", 4.0)])
+def test_global_attention_by_hand(similarity, temperature):
+    q = [0.5, 1.0]  # mean delta
+    if similarity == "dot":
+        s = [dot(q, d) for d in D0]  # [0.5, 2]
+    elif similarity == "scaled_dot":
+        s = [dot(q, d) / math.sqrt(2) for d in D0]
+    else:
+        s = [dot(q, d) / math.sqrt(dot(q, q) * dot(d, d)) for d in D0]  # [1/sqrt(5), 2/sqrt(5)]
+    alpha = softmax([x / temperature for x in s])
+    expected = add(W0, *[[alpha[j] * x for x in D0[j]] for j in range(2)])
+    cb = IGFLServer(attention="global", similarity=similarity, temperature=temperature)
+    got = cb.aggregate(None, Recorder(), 0, torch.tensor(W0, dtype=F64), update(0, [3, 5], Y0))
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-12)
+
+
+def test_time_attention_over_two_rounds_with_a_first_timer():
+    cb = IGFLServer(attention="time")
+    loop = Recorder()
+    # Round 0: nobody has a previous delta: scores [0, 0] -> alpha uniform -> w^1 = w^0 + mean(D).
+    w1 = cb.aggregate(None, loop, 0, torch.tensor(W0, dtype=F64), update(0, [3, 5], Y0))
+    expected1 = add(W0, [0.5, 1.0])
+    torch.testing.assert_close(w1, torch.tensor(expected1, dtype=F64))
+    # Round 1: cohort {3, 7}; client 3's previous delta is [1, 0], client 7 is new (zeros).
+    d1 = [[2.0, 1.0], [-1.0, 0.5]]
+    y1 = [add(expected1, d) for d in d1]
+    s = [dot([1.0, 0.0], d1[0]), 0.0]  # [2, 0]
+    alpha = softmax(s)
+    expected2 = add(expected1, *[[alpha[j] * x for x in d1[j]] for j in range(2)])
+    w2 = cb.aggregate(None, loop, 1, w1, update(1, [3, 7], y1))
+    torch.testing.assert_close(w2, torch.tensor(expected2, dtype=F64), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(cb.last_attention, torch.tensor(alpha, dtype=F64), rtol=1e-12, atol=1e-12)
+    # The store now holds each client's latest delta y_k - w^t.
+    torch.testing.assert_close(cb.memory.prev[3], torch.tensor(d1[0], dtype=F64))
+    torch.testing.assert_close(cb.memory.prev[5], torch.tensor(D0[1], dtype=F64))
+    torch.testing.assert_close(cb.memory.prev[7], torch.tensor(d1[1], dtype=F64))
+    assert loop.figures == [("server/attention", 1), ("server/attention", 2)]
+
+
+@pytest.mark.parametrize("attention", ["self", "global", "time"])
+def test_degenerate_cohorts(attention):
+    w0 = torch.tensor(W0, dtype=F64)
+    # All-equal deltas: every score is equal, attention uniform, w^1 = w^0 + D.
+    same = IGFLServer(attention=attention).aggregate(None, Recorder(), 0, w0, update(0, [0, 1, 2], [Y0[0]] * 3))
+    torch.testing.assert_close(same, torch.tensor(Y0[0], dtype=F64))
+    # One client: attention [[1]] / [1]: w^1 = y.
+    cb = IGFLServer(attention=attention)
+    one = cb.aggregate(None, Recorder(), 0, w0, update(0, [4], [Y0[1]]))
+    torch.testing.assert_close(one, torch.tensor(Y0[1], dtype=F64))
+    assert cb.last_attention.reshape(-1).tolist() == [1.0]
+    # Huge deltas: a sharp but finite attention.
+    big = IGFLServer(attention=attention).aggregate(None, Recorder(), 0, w0,
+                                                   update(0, [0, 1], [[1e4, 0.0], [0.0, 2e4]]))
+    assert torch.isfinite(big).all()
+
+
+def test_server_alone_keeps_client_deltas_only_in_time_mode():
+    for attention, kept in (("self", False), ("global", False), ("time", True)):
+        cb = IGFLServer(attention=attention)
+        w1 = cb.aggregate(None, Recorder(), 0, torch.tensor(W0, dtype=F64), update(0, [3, 5], Y0))
+        assert bool(cb.memory.prev) is kept
+        torch.testing.assert_close(cb.memory.server_delta, w1 - torch.tensor(W0, dtype=F64))
+    assert IGFL(attention="self").memory.keep_client_deltas
+
+
+# ------------------------------------------------------------------------ IGFL-C through the engine
+def _data(sizes=(7, 5, 6), features=4, classes=3) -> FederatedData:
+    gen = torch.Generator().manual_seed(1)
+    n = sum(sizes)
+    x = torch.randn(n, features, generator=gen)
+    y = torch.randint(0, classes, (n,), generator=gen)
+    return FederatedData(x, y, offsets_from_sizes(list(sizes)), x[:3], y[:3], offsets_from_sizes([1, 1, 1]), classes)
+
+
+def _reference_igfl_client(w, b, x, y, *, lr, batch, seed, round_idx, client, prev, server, cohort):
+    """Algorithm 2 written out: D_I = -lr grad; D_G = (1/K)(D_I - prev/T) + server/T; w += D_I + D_G."""
+    steps = math.ceil(len(y) / batch)  # one local epoch
+    prev_w, prev_b = prev
+    server_w, server_b = server
+    order = epoch_permutation(seed, round_idx, client, 0, len(y))
+    for start in range(0, len(y), batch):
+        idx = order[start : start + batch]
+        xb, yb = x[idx], y[idx]
+        probs = torch.softmax(xb @ w.T + b, dim=1)
+        grad_logits = (probs - F.one_hot(yb, probs.shape[1]).float()) / len(yb)
+        d_w, d_b = -lr * (grad_logits.T @ xb), -lr * grad_logits.sum(0)
+        w = w + d_w + (d_w - prev_w / steps) / cohort + server_w / steps
+        b = b + d_b + (d_b - prev_b / steps) / cohort + server_b / steps
+    return torch.cat([w.reshape(-1), b])
+
+
+@pytest.mark.parametrize("callback_class", [IGFLClient, IGFL])
+def test_client_correction_matches_algorithm_2_by_hand(callback_class):
+    torch.manual_seed(0)
+    model = LogisticRegression(4, 3)
+    data = _data()
+    layout = FlatStateLayout(model.state_dict())  # linear.weight (3, 4) then linear.bias (3,)
+    plan = LocalTrainingPlan(lambda p: torch.optim.SGD(p, lr=0.2), local_epochs=1, batch_size=3, seed=5, lr=0.2)
+    engine = SequentialEngine(plan)
+    engine.setup(model, data, ClientStateStore(3))
+    cb = callback_class()
+    cb.setup(None, types.SimpleNamespace(layout=layout), "fit")
+    gen = torch.Generator().manual_seed(2)
+    prev0 = torch.randn(layout.numel, generator=gen)
+    server = torch.randn(layout.numel, generator=gen)
+    cb.memory.prev[0] = prev0.clone()  # client 0 participated before; client 2 is new (zeros)
+    cb.memory.server_delta = server.clone()
+    ids = torch.tensor([0, 2])
+    update_ = engine.train_cohort(3, ids, torch.tensor([2, 1]), ClientHookSet([cb]))
+
+    w0, b0 = model.linear.weight.detach().clone(), model.linear.bias.detach().clone()
+
+    def split(v):
+        return v[:12].view(3, 4), v[12:]
+
+    expected = []
+    for client, prev in ((0, prev0), (2, torch.zeros(layout.numel))):
+        x, y = data.client_train(client)
+        expected.append(_reference_igfl_client(w0, b0, x, y, lr=0.2, batch=3, seed=5, round_idx=3, client=client,
+                                               prev=split(prev), server=split(server), cohort=2))
+    torch.testing.assert_close(update_.weights, torch.stack(expected), rtol=1e-5, atol=1e-6)
+    # tau_k = ceil([7, 6] / 3) = [3, 2]: T differs per client.
+    assert update_.num_steps.tolist() == [3, 2]
+    # Without the hooks (FedAvg) the clients end elsewhere.
+    plain = engine.train_cohort(3, ids, torch.tensor([2, 1]), ClientHookSet([FedAvg()]))
+    assert not torch.allclose(plain.weights, update_.weights)
+
+
+def test_client_hooks_on_a_stacked_chunk_equal_one_client_at_a_time():
+    """The hooks only use (C, ...) tensors: a chunk of C = 2 gives what two C = 1 calls give."""
+    layout = FlatStateLayout(LogisticRegression(4, 3).state_dict())
+    cb = IGFLClient()
+    cb.setup(None, types.SimpleNamespace(layout=layout), "fit")
+    gen = torch.Generator().manual_seed(3)
+    cb.memory.prev[4] = torch.randn(layout.numel, generator=gen)
+    cb.memory.server_delta = torch.randn(layout.numel, generator=gen)
+    global_params = {"linear.weight": torch.zeros(3, 4), "linear.bias": torch.zeros(3)}
+    params = {n: torch.randn(2, *p.shape, generator=gen) for n, p in global_params.items()}
+    delta = {n: torch.randn(2, *p.shape, generator=gen) for n, p in global_params.items()}
+
+    def run(rows, ids, steps):
+        ctx = LocalTrainingContext(round_idx=1, client_ids=torch.tensor(ids), cohort_size=5,
+                                   num_steps=torch.tensor(steps), global_params=global_params, lr=0.1)
+        cb.on_local_train_start(ctx)
+        out = {n: v[rows].clone() for n, v in params.items()}
+        cb.after_local_step(ctx, out, {n: v[rows] for n, v in delta.items()})
+        return out
+
+    chunk = run(slice(0, 2), [4, 6], [3, 2])
+    first, second = run(slice(0, 1), [4], [3]), run(slice(1, 2), [6], [2])
+    for name in chunk:
+        torch.testing.assert_close(chunk[name], torch.cat([first[name], second[name]]), rtol=0, atol=0)
+    # By hand, K = 5: client 4 (T = 3) gets (D_I - prev / 3) / 5 + dW_ps / 3; client 6 is new (prev = 0, T = 2).
+    prev = layout.unflatten(cb.memory.prev[4])["linear.bias"]
+    server = layout.unflatten(cb.memory.server_delta)["linear.bias"]
+    d_i = delta["linear.bias"]
+    torch.testing.assert_close(chunk["linear.bias"][0], params["linear.bias"][0] + (d_i[0] - prev / 3) / 5 + server / 3)
+    torch.testing.assert_close(chunk["linear.bias"][1], params["linear.bias"][1] + d_i[1] / 5 + server / 2)
+
+
+@pytest.mark.skipif("vectorized" not in ENGINES, reason="the vectorized engine is not available yet")
+def test_sequential_and_vectorized_engines_agree():
+    torch.manual_seed(0)
+    model = LogisticRegression(4, 3)
+    data = _data()
+    layout = FlatStateLayout(model.state_dict())
+    plan = LocalTrainingPlan(lambda p: torch.optim.SGD(p, lr=0.2), local_epochs=2, batch_size=3, seed=5, lr=0.2)
+    results = []
+    for name in ("sequential", "vectorized"):
+        engine = ENGINES[name](plan)
+        engine.setup(model, data, ClientStateStore(3))
+        cb = IGFLClient()
+        cb.setup(None, types.SimpleNamespace(layout=layout), "fit")
+        cb.memory.prev[1] = torch.linspace(-1, 1, layout.numel)
+        cb.memory.server_delta = torch.linspace(0.5, -0.5, layout.numel)
+        results.append(engine.train_cohort(2, torch.tensor([0, 1, 2]), torch.ones(3, dtype=torch.long),
+                                           ClientHookSet([cb])).weights)
+    torch.testing.assert_close(results[0], results[1], rtol=1e-5, atol=1e-6)
+
+
+def test_igfl_client_aggregates_like_fedavg_and_records_state():
+    cb = IGFLClient()
+    w0 = torch.tensor(W0, dtype=F64)
+    w1 = cb.aggregate(None, Recorder(), 0, w0, update(0, [3, 5], Y0, samples=[10, 30]))
+    expected = add([0.25 * a + 0.75 * b for a, b in zip(*Y0)])
+    torch.testing.assert_close(w1, torch.tensor(expected, dtype=F64))
+    torch.testing.assert_close(cb.memory.server_delta, w1 - w0)  # dW_ps = w^1 - w^0
+    torch.testing.assert_close(cb.memory.prev[3], torch.tensor(D0[0], dtype=F64))
+    torch.testing.assert_close(cb.memory.prev[5], torch.tensor(D0[1], dtype=F64))
+
+
+def test_igfl_shares_one_store_between_server_and_clients():
+    layout = FlatStateLayout(LogisticRegression(1, 1).state_dict())  # d = 2
+    cb = IGFL(attention="self")
+    cb.setup(None, types.SimpleNamespace(layout=layout), "fit")
+    w0 = torch.tensor(W0)
+    w1 = cb.aggregate(None, Recorder(), 0, w0, update(0, [3, 5], Y0))
+    ctx = LocalTrainingContext(round_idx=1, client_ids=torch.tensor([5, 9]), cohort_size=2,
+                               num_steps=torch.tensor([1, 1]),
+                               global_params={"linear.weight": torch.zeros(1, 1), "linear.bias": torch.zeros(1)},
+                               lr=0.1)
+    cb.on_local_train_start(ctx)
+    # Cached per client: the step-independent part of D_G, -dW_k_prev / (K T) + dW_ps / T, with K = 2, T = 1.
+    # Client 5's stored delta is D0[1] = [0, 2] (weight, bias); client 9 is new (zeros); dW_ps = w^1 - w^0,
+    # the attention step (not FedAvg's).
+    constant = ctx.cache["igfl/constant"]
+    ps = (w1 - w0).tolist()
+    assert constant["linear.weight"].reshape(-1).tolist() == pytest.approx([ps[0], ps[0]])
+    assert constant["linear.bias"].reshape(-1).tolist() == pytest.approx([-2.0 / 2 + ps[1], ps[1]])
+
+
+@pytest.mark.parametrize("callback_class", [IGFLClient, IGFLServer, IGFL])
+def test_state_dict_round_trip_continues_identically(callback_class):
+    kwargs = {} if callback_class is IGFLClient else {"attention": "time"}
+    cb = callback_class(**kwargs)
+    w1 = cb.aggregate(None, Recorder(), 0, torch.tensor(W0, dtype=F64), update(0, [3, 5], Y0))
+    state = cb.state_dict()
+    resumed = callback_class(**kwargs)
+    resumed.load_state_dict(state)
+    cb.memory.server_delta.add_(1.0)  # the saved state holds copies
+    for value in cb.memory.prev.values():
+        value.add_(1.0)
+    cb.load_state_dict(state)
+    y1 = [[3.0, 0.0], [0.0, 4.0], [1.0, 1.0]]
+    a = cb.aggregate(None, Recorder(), 1, w1, update(1, [3, 5, 8], y1))
+    b = resumed.aggregate(None, Recorder(), 1, w1, update(1, [3, 5, 8], y1))
+    assert torch.equal(a, b)
+    assert torch.equal(cb.memory.server_delta, resumed.memory.server_delta)
+    assert sorted(cb.memory.prev) == sorted(resumed.memory.prev)
+    assert all(torch.equal(cb.memory.prev[k], resumed.memory.prev[k]) for k in cb.memory.prev)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"attention": "cross"}, "attention must be one of self, global, time; got 'cross'"),
+    ({"similarity": "l2"}, "similarity must be one of dot, scaled_dot, cosine; got 'l2'"),
+    ({"temperature": 0.0}, "temperature must be a finite number > 0; got 0.0"),
+    ({"temperature": float("nan")}, "temperature must be a finite number > 0; got nan"),
+])
+@pytest.mark.parametrize("callback_class", [IGFLServer, IGFL])
+def test_bad_hyperparameters_fail_with_one_line(callback_class, kwargs, message):
+    with pytest.raises(ConfigError) as err:
+        callback_class(**kwargs)
+    assert str(err.value) == message
+
+
+def test_igfl_client_rejects_unknown_weighting():
+    with pytest.raises(ConfigError, match="weighting must be one of samples, uniform; got 'x'"):
+        IGFLClient(weighting="x")
+
+
+# ---------------------------------------------------------------------------------------- CLI
+def _callbacks(entry):
+    return [entry, {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+                    "init_args": {"save_last": True, "save_top_k": 0}}]
+
+
+def _load(path: Path):
+    return torch.load(path, weights_only=False)
+
+
+def test_cli_resume_2_plus_2_equals_4_and_logs_attention(tiny, tmp_path):
+    class_path = "callbacks.igfl.IGFL"
+    init_args = {"attention": "time", "similarity": "cosine", "figure_every_n_rounds": 2}
+    extra = {"trainer.callbacks": _callbacks({"class_path": class_path, "init_args": init_args}),
+             "trainer.check_val_every_n_epoch": 4}
+    full = tiny(**extra)
+    assert run_cli("fit", "--config", str(full)) == 0
+    assert run_cli("fit", "--config", str(tiny(**{**extra, "trainer.max_epochs": 2}))) == 0
+    runs = tmp_path / "logs" / "run"
+    assert run_cli("fit", "--config", str(full), "--ckpt_path", str(runs / "version_1/checkpoints/last.ckpt")) == 0
+    a, b = _load(runs / "version_0/checkpoints/last.ckpt"), _load(runs / "version_2/checkpoints/last.ckpt")
+    for name in a["state_dict"]:
+        assert torch.equal(a["state_dict"][name], b["state_dict"][name]), name
+    key = class_path.rsplit(".", 1)[1]
+    state_a, state_b = a["callbacks"][key], b["callbacks"][key]
+    assert torch.equal(state_a["server_delta"], state_b["server_delta"])
+    assert torch.equal(state_a["client_ids"], state_b["client_ids"]) and len(state_a["client_ids"]) > 3
+    assert torch.equal(state_a["client_deltas"], state_b["client_deltas"])
+    events = EventAccumulator(str(runs / "version_0"), size_guidance={"images": 0, "histograms": 0})
+    events.Reload()
+    assert [e.step for e in events.Images("server/attention")] == [1, 3]
+    assert [e.step for e in events.Histograms("server/weights")] == [1, 2, 3, 4]
+
+
+def test_igfl_client_changes_training_compared_with_fedavg(tiny, tmp_path):
+    ckpt = "checkpoints/last.ckpt"
+    for i, cp in enumerate(("callbacks.FedAvg", "callbacks.igfl_client.IGFLClient")):
+        # One round: dW_ps = dW_k_prev = 0, so IGFL-C's step is D_I (1 + 1/K), not FedAvg's D_I.
+        config = tiny(**{"trainer.callbacks": _callbacks({"class_path": cp}), "trainer.max_epochs": 1})
+        assert run_cli("fit", "--config", str(config)) == 0
+    runs = tmp_path / "logs" / "run"
+    fedavg, igfl = _load(runs / "version_0" / ckpt)["state_dict"], _load(runs / "version_1" / ckpt)["state_dict"]
+    assert not torch.allclose(fedavg["model.linear.weight"], igfl["model.linear.weight"])
+
+
+@pytest.mark.parametrize(("class_path", "init_args", "message"), [
+    ("callbacks.igfl.IGFL", {"attention": "cross"}, "attention must be one of self, global, time; got 'cross'"),
+    ("callbacks.igfl_server.IGFLServer", {"temperature": -1.0}, "temperature must be a finite number > 0; got -1.0"),
+])
+def test_cli_bad_hyperparameters_exit_2_with_one_line(tiny, capsys, class_path, init_args, message):
+    config = tiny(**{"trainer.callbacks": [{"class_path": class_path, "init_args": init_args}]})
+    assert run_cli("fit", "--config", str(config)) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: {message}"
+
+
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("igfl", IGFL(attention="self", similarity="dot", temperature=1.0)),
+    ("igfl_c", IGFLClient(weighting="samples")),
+    ("igfl_s", IGFLServer(attention="time", similarity="dot", temperature=1.0)),
+])
+def test_shipped_config_instantiates(name, expected):
+    config = Path(__file__).resolve().parents[2] / "configs" / f"{name}_synthetic.yaml"
+    cli = FederatedCLI(args=["--config", str(config)], run=False)
+    [aggregator] = [c for c in cli.trainer.callbacks if isinstance(c, AggregationCallback)]
+    assert type(aggregator) is type(expected)
+    assert {k: v for k, v in vars(aggregator).items() if k != "memory"} == \
+        {k: v for k, v in vars(expected).items() if k != "memory"}
