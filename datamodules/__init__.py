@@ -45,3 +45,24 @@ __all__ = [
     "split_train_test",
     "validate_partition",
 ]
+
+# Real data sets (docs/datasets.md): IDX (MNIST, Fashion-MNIST), CIFAR-10, LEAF JSON, Shakespeare.
+from datamodules.cifar10 import CIFAR10DataModule  # noqa: E402
+from datamodules.downloads import CorruptDataError, DataError, DataNotFoundError, DownloadError  # noqa: E402
+from datamodules.leaf import LeafDataModule  # noqa: E402
+from datamodules.mnist import FashionMNISTDataModule, MNISTDataModule  # noqa: E402
+from datamodules.shakespeare import ShakespeareDataModule  # noqa: E402
+from datamodules.train_test_pool import TrainTestPoolDataModule  # noqa: E402
+
+__all__ += [
+    "CIFAR10DataModule",
+    "CorruptDataError",
+    "DataError",
+    "DataNotFoundError",
+    "DownloadError",
+    "FashionMNISTDataModule",
+    "LeafDataModule",
+    "MNISTDataModule",
+    "ShakespeareDataModule",
+    "TrainTestPoolDataModule",
+]

@@ -6,7 +6,7 @@ from torch import Tensor, nn
 from typing_extensions import override
 
 from lightning_fl.models.base import ClientModule
-from lightning_fl.validation import check_non_negative, check_positive
+from lightning_fl.validation import ConfigError, check_positive
 
 
 class CifarCNN(ClientModule):
@@ -36,7 +36,8 @@ class CifarCNN(ClientModule):
         check_positive("num_classes", num_classes, integer=True)
         check_positive("in_channels", in_channels, integer=True)
         check_positive("image_size", image_size, integer=True)
-        check_non_negative("padding", padding)
+        if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
+            raise ConfigError(f"padding must be an integer >= 0; got {padding!r}")
         for width in hidden:
             check_positive("hidden", width, integer=True)
         super().__init__(num_classes, (in_channels, image_size, image_size))
@@ -48,7 +49,7 @@ class CifarCNN(ClientModule):
         for _ in range(2):
             side = (side + 2 * padding - 4) // 2
         if side < 1:
-            raise ValueError(f"image_size {image_size} is too small for two 5x5 convolutions and poolings")
+            raise ConfigError(f"image_size {image_size} is too small for two 5x5 convolutions and poolings")
         layers: list[nn.Module] = [nn.Flatten()]
         width_in = 64 * side * side
         for width in hidden:

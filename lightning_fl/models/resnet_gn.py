@@ -24,7 +24,8 @@ class BasicBlock(nn.Module):
         self.norm2 = _norm(planes, groups)
         self.shortcut: nn.Module = nn.Identity()
         if stride != 1 or in_planes != planes:
-            self.shortcut = nn.Sequential(nn.Conv2d(in_planes, planes, 1, stride=stride, bias=False), _norm(planes, groups))
+            self.shortcut = nn.Sequential(nn.Conv2d(in_planes, planes, 1, stride=stride, bias=False),
+                                          _norm(planes, groups))
         self.relu = nn.ReLU()
 
     def forward(self, x: Tensor) -> Tensor:
@@ -62,7 +63,8 @@ class ResNet18GN(ClientModule):
         self.stem = nn.Sequential(nn.Conv2d(in_channels, 64, 3, padding=1, bias=False), _norm(64, groups), nn.ReLU())
         stages, in_planes = [], 64
         for planes, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-            stages.append(nn.Sequential(BasicBlock(in_planes, planes, stride, groups), BasicBlock(planes, planes, 1, groups)))
+            stages.append(nn.Sequential(BasicBlock(in_planes, planes, stride, groups),
+                                        BasicBlock(planes, planes, 1, groups)))
             in_planes = planes
         self.stages = nn.Sequential(*stages)
         self.pool = nn.AdaptiveAvgPool2d(1)

@@ -1,0 +1,21 @@
+"""The ``Example:`` blocks of the real-data modules and their models stay correct."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "datamodules.downloads", "datamodules.idx", "datamodules.train_test_pool", "datamodules.mnist",
+    "datamodules.cifar10", "datamodules.leaf", "datamodules.shakespeare",
+    "lightning_fl.models.lenet", "lightning_fl.models.cifar_cnn", "lightning_fl.models.char_lstm",
+    "lightning_fl.models.resnet_gn",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name: str) -> None:
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
