@@ -10,17 +10,16 @@ from torch import Tensor
 from typing_extensions import override
 
 from callbacks._common import clone_or_none, log_server_scalars, moved
-from callbacks.base import AggregationCallback
+from callbacks.fedavg import FedAvg
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.server_optimizers import adaptive_server_step
-from lightning_fl.functional.weights import WEIGHTINGS, fedavg_weights, weighted_average
-from lightning_fl.validation import check_choice, check_positive, check_range
+from lightning_fl.validation import check_positive, check_range
 
 if TYPE_CHECKING:
     from lightning_fl.loop import FederatedLoop
 
 
-class AdaptiveServerOptimizer(AggregationCallback):
+class AdaptiveServerOptimizer(FedAvg):
     """Shared implementation of FedAdam / FedYogi / FedAdagrad; use one of the three subclasses.
 
     SPEC section 2 (Reddi et al. 2021, Algorithm 2, no bias correction), each round::
@@ -68,29 +67,24 @@ class AdaptiveServerOptimizer(AggregationCallback):
 
     def __init__(self, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
                  weighting: str = "samples") -> None:
-        super().__init__()
+        super().__init__(weighting)
         if not self.kind:
             raise TypeError("use callbacks.FedAdam, callbacks.FedYogi or callbacks.FedAdagrad")
         check_positive("lr", lr)
         check_range("beta1", beta1, 0.0, 1.0)
         check_range("beta2", beta2, 0.0, 1.0)
         check_positive("tau", tau)
-        check_choice("weighting", weighting, WEIGHTINGS)
         self.lr = float(lr)
         self.beta1 = float(beta1)
         self.beta2 = float(beta2)
         self.tau = float(tau)
-        self.weighting = weighting
         self.m: Tensor | None = None
         self.v: Tensor | None = None
 
     @override
     def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
                   update: CohortUpdate) -> Tensor:
-        weights, degenerate = fedavg_weights(update.num_samples.to(global_w.device), self.weighting)
-        if degenerate:
-            self.warn_degenerate_once("sample-count weights", round_idx)
-        avg_w = weighted_average(update.weights, weights.to(global_w.dtype))
+        avg_w = self.average(round_idx, global_w, update)
         step = adaptive_server_step(global_w, avg_w, moved(self.m, global_w), moved(self.v, global_w), self.kind,
                                     self.lr, self.beta1, self.beta2, self.tau)
         self.m, self.v = step.m, step.v

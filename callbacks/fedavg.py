@@ -46,6 +46,10 @@ class FedAvg(AggregationCallback):
     @override
     def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
                   update: CohortUpdate) -> Tensor:
+        return self.average(round_idx, global_w, update)
+
+    def average(self, round_idx: int, global_w: Tensor, update: CohortUpdate) -> Tensor:
+        """``w_avg``: the cohort average with this callback's ``weighting`` (server optimizers step toward it)."""
         weights, degenerate = fedavg_weights(update.num_samples.to(global_w.device), self.weighting)
         if degenerate:
             self.warn_degenerate_once("sample-count weights", round_idx)

@@ -10,17 +10,16 @@ from torch import Tensor
 from typing_extensions import override
 
 from callbacks._common import clone_or_none, log_server_scalars, moved
-from callbacks.base import AggregationCallback
+from callbacks.fedavg import FedAvg
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.server_optimizers import fedavgm_step
-from lightning_fl.functional.weights import WEIGHTINGS, fedavg_weights, weighted_average
-from lightning_fl.validation import check_choice, check_positive, check_range
+from lightning_fl.validation import check_positive, check_range
 
 if TYPE_CHECKING:
     from lightning_fl.loop import FederatedLoop
 
 
-class FedAvgM(AggregationCallback):
+class FedAvgM(FedAvg):
     """FedAvgM (Hsu et al. 2019): heavy-ball server momentum on the FedAvg pseudo-gradient.
 
     SPEC section 2, each round::
@@ -61,22 +60,17 @@ class FedAvgM(AggregationCallback):
     supports_hierarchy = True
 
     def __init__(self, beta: float = 0.9, server_lr: float = 1.0, weighting: str = "samples") -> None:
-        super().__init__()
+        super().__init__(weighting)
         check_range("beta", beta, 0.0, 1.0)
         check_positive("server_lr", server_lr)
-        check_choice("weighting", weighting, WEIGHTINGS)
         self.beta = float(beta)
         self.server_lr = float(server_lr)
-        self.weighting = weighting
         self.velocity: Tensor | None = None
 
     @override
     def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
                   update: CohortUpdate) -> Tensor:
-        weights, degenerate = fedavg_weights(update.num_samples.to(global_w.device), self.weighting)
-        if degenerate:
-            self.warn_degenerate_once("sample-count weights", round_idx)
-        avg_w = weighted_average(update.weights, weights.to(global_w.dtype))
+        avg_w = self.average(round_idx, global_w, update)
         new_w, self.velocity = fedavgm_step(global_w, avg_w, moved(self.velocity, global_w), self.beta,
                                             self.server_lr)
         log_server_scalars(loop, round_idx, {"server/velocity_norm": float(torch.linalg.vector_norm(self.velocity))})

@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
-from torch import Tensor
 from typing_extensions import override
 
 from datamodules.base import FederatedDataModule, build_from_pooled

@@ -63,15 +63,13 @@ def target_table(results: dict[str, dict | None]) -> str:
     for name, result in results.items():
         if result is None:
             continue
-        reached = result["round"] is not None
-
-        def fmt(value: float | None) -> str:
-            return f"{value:.1f}" if reached and value is not None else "not reached"
-
         target = f"{result['monitor']} {'>=' if result['mode'] == 'max' else '<='} {result['target']}"
-        rounds = str(result["round"]) if reached else "not reached"
-        lines.append(f"| {name} | {target} | {rounds} | {fmt(result['seconds'])} |"
-                     f" {fmt(result.get('estimated_seconds'))} |")
+        if result["round"] is None:
+            lines.append(f"| {name} | {target} | not reached | not reached | not reached |")
+            continue
+        estimated = result.get("estimated_seconds")
+        lines.append(f"| {name} | {target} | {result['round']} | {result['seconds']:.1f} |"
+                     f" {'n/a' if estimated is None else f'{estimated:.1f}'} |")
     return "\n".join(lines) + "\n"
 
 

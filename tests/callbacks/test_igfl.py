@@ -383,7 +383,7 @@ def test_cli_resume_2_plus_2_equals_4_and_logs_attention(tiny, tmp_path):
 
 def test_igfl_client_changes_training_compared_with_fedavg(tiny, tmp_path):
     ckpt = "checkpoints/last.ckpt"
-    for i, cp in enumerate(("callbacks.FedAvg", "callbacks.igfl_client.IGFLClient")):
+    for cp in ("callbacks.FedAvg", "callbacks.igfl_client.IGFLClient"):
         # One round: dW_ps = dW_k_prev = 0, so IGFL-C's step is D_I (1 + 1/K), not FedAvg's D_I.
         config = tiny(**{"trainer.callbacks": _callbacks({"class_path": cp}), "trainer.max_epochs": 1})
         assert run_cli("fit", "--config", str(config)) == 0
