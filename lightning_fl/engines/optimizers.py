@@ -52,24 +52,54 @@ def optimizer_problem(factory: Callable[[Iterable[Tensor]], Optimizer]) -> str |
     return None
 
 
+def step_function(optimizer: Optimizer) -> Callable[[], Any]:
+    """``optimizer.step`` without the profiler range torch wraps around every call.
+
+    On a CPU that wrapper (``record_function`` plus hook dispatch) costs about as much as an SGD
+    update of a small model (docs/performance.md), and the engine calls ``step`` thousands of times a
+    round. The wrapped function (``__wrapped__``, still under ``no_grad``) is used only when torch
+    has installed its wrapper and no step hook is registered, globally or on this optimizer, so
+    skipping the wrapper changes nothing observable but the profiler trace.
+    """
+    from torch.optim import optimizer as optimizer_module
+
+    step = type(optimizer).step
+    inner = getattr(step, "__wrapped__", None)
+    hooks = (getattr(optimizer_module, "_global_optimizer_pre_hooks", None),
+             getattr(optimizer_module, "_global_optimizer_post_hooks", None),
+             getattr(optimizer, "_optimizer_step_pre_hooks", None),
+             getattr(optimizer, "_optimizer_step_post_hooks", None))
+    if inner is None or not getattr(step, "hooked", False) or any(h is None or len(h) for h in hooks):
+        return optimizer.step
+    return lambda: inner(optimizer)
+
+
 def _is_row_state(value: Any, leaf: Tensor) -> bool:
     """Whether a stacked state entry holds one row per client (vs. a shared scalar)."""
     return isinstance(value, Tensor) and value.dim() > 0 and value.shape == leaf.shape
 
 
-def narrow_state(optimizer: Optimizer, leaves: Sequence[Tensor], old_rows: int, new_rows: int) -> None:
-    """Keep only the first ``new_rows`` rows of every per-client state tensor (views, no copy).
+def narrow_leaves(optimizer: Optimizer, leaves: Sequence[Tensor], rows: Sequence[Tensor]) -> list[Tensor]:
+    """Swap the optimizer's parameters for leaves on ``rows`` (each the first rows of a parameter).
 
-    Called right after the parameters' ``.data`` became their first ``new_rows`` rows: the clients
-    beyond them have finished, and their rows (parameters and state) stay untouched in memory.
+    Called when the last clients of a chunk have finished: the new leaves and the per-client state
+    tensors become views of the first ``len(rows[i])`` rows, so finished clients' rows (parameters
+    and state) stay untouched in memory. New leaf tensors are needed (not a ``.data`` swap) because
+    autograd checks gradient shapes against the shape a leaf was created with.
+
+    Returns:
+        The new leaves, in the order of ``leaves``.
     """
-    for leaf in leaves:
-        state = optimizer.state.get(leaf)
-        if not state:
-            continue
-        for key, value in state.items():
-            if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == old_rows:
-                state[key] = value[:new_rows]
+    new_leaves = [row.detach().requires_grad_(old.requires_grad) for old, row in zip(leaves, rows)]
+    for old, new in zip(leaves, new_leaves):
+        state = optimizer.state.pop(old, None)
+        if state:
+            optimizer.state[new] = {
+                key: value[: len(new)] if isinstance(value, Tensor) and value.shape == old.shape else value
+                for key, value in state.items()
+            }
+    optimizer.param_groups[0]["params"] = new_leaves
+    return new_leaves
 
 
 def client_state(optimizer: Optimizer, leaves: Sequence[Tensor], row: int) -> dict[str, Any]:

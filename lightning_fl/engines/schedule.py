@@ -3,20 +3,22 @@
 Every engine draws client ``k``'s local epoch ``e`` in the order
 ``epoch_permutation(seed, t, k, e, n_k)`` and cuts it into ``ceil(n_k / B)`` batches, the last one
 possibly partial (SPEC section 1). For a chunk of clients trained together, this module lays those
-batches out as one ``(T, C, B)`` table of rows into the federation's training tensors, with a
-matching table of per-sample loss weights (``1 / |batch|`` for a real sample, ``0`` for padding), so a
-local step of the whole chunk is one ``index_select`` and no per-client ``DataLoader`` exists.
+batches out as rows into the federation's training tensors, with per-sample loss weights
+(``1 / |batch|`` for a real sample, ``0`` for padding), so a local step of the whole chunk is one
+slice of a staged tensor and no per-client ``DataLoader`` exists.
 
 Clients are ordered by decreasing ``tau_k``: at step ``s`` the clients still training are a prefix
-of the chunk, whose length :attr:`ChunkSchedule.active` gives.
+of the chunk, ``active[s]`` long. The tables are *packed*: step ``s`` owns the next
+``active[s] * B`` rows (client ``j`` of the prefix at rows ``j * B`` to ``j * B + B`` of its step),
+so a chunk of very unequal clients stores ``B * sum_k tau_k`` rows, not ``B * C * max_k tau_k``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -25,23 +27,27 @@ from lightning_fl.engines.base import epoch_permutation
 
 @dataclass
 class ChunkSchedule:
-    """Batches of every local step of a chunk of ``C`` clients, ``T = max_k tau_k`` steps.
+    """Batches of every local step of a chunk of ``C`` clients, ``T = max_k tau_k`` steps (packed).
 
     Attributes:
-        index: ``(T, C, B)`` long on the training device: rows of ``x_train`` (padding points at the
-            client's first sample and carries zero weight).
-        weight: ``(T, C, B)`` float32: ``1 / |batch|`` for real samples, ``0`` for padding, so the
-            weighted sum of per-sample losses is each client's mean batch loss.
-        final: ``(T, C, B)`` float32: 1 for real samples of each client's final local epoch (the
-            samples ``train_acc`` and ``train_loss`` are computed over).
+        index: ``(R,)`` long on the training device: rows of ``x_train`` (padding reads the client's
+            first sample and carries zero weight), ``R = B * sum_k tau_k``.
+        weight: ``(R,)`` float32: ``1 / |batch|`` for real samples, ``0`` for padding, so the weighted
+            sum of per-sample losses is each client's mean batch loss.
+        final: ``(R,)`` float32: 1 for real samples of each client's final local epoch (the samples
+            ``train_acc`` and ``train_loss`` are computed over).
+        client: ``(R,)`` long: position in the chunk of each row's client.
         active: Length ``T``: number of clients (a prefix of the chunk) that take step ``s``.
+        widths: Length ``T``: rows of step ``s`` (``active[s] * B``).
         has_final: Length ``T``: whether any client takes a step of its final epoch at step ``s``.
     """
 
     index: Tensor
     weight: Tensor
     final: Tensor
+    client: Tensor
     active: list[int]
+    widths: list[int]
     has_final: list[bool]
 
     @property
@@ -66,29 +72,35 @@ def build_schedule(*, seed: int, round_idx: int, sub_round: int, client_ids: Seq
         device: Where the tables live (the training device).
     """
     B, E, C = batch_size, local_epochs, len(client_ids)
-    per_epoch = [math.ceil(n / B) for n in sizes]
-    taus = [E * s for s in per_epoch]
-    if any(a < b for a, b in zip(taus, taus[1:])):
+    # numpy for the table arithmetic: these arrays are small and torch's per-op cost (a few us)
+    # would dominate; the permutations themselves come from torch (epoch_permutation).
+    n = np.asarray(sizes, dtype=np.int64)
+    per_epoch = -(-n // B)
+    taus = E * per_epoch
+    if (taus[1:] > taus[:-1]).any():
         raise ValueError("clients must be ordered by decreasing number of local steps")
-    T = taus[0]
-    index = torch.zeros(T, C, B, dtype=torch.long)
-    weight = torch.zeros(T, C, B)
-    final = torch.zeros(T, C, B)
-    for j, (client, n, spe, offset) in enumerate(zip(client_ids, sizes, per_epoch, offsets)):
-        pad = spe * B - n
-        orders = torch.stack([epoch_permutation(seed, round_idx, client, e, n, sub_round) for e in range(E)])
-        if pad:
-            orders = torch.cat([orders, orders.new_zeros(E, pad)], dim=1)
-        index[: E * spe, j] = orders.view(E * spe, B) + offset
-        # Full batches weigh 1/B per sample; the last batch of each epoch 1/(its real size).
-        w = torch.full((spe, B), 1.0 / B)
-        if pad:
-            last = n - (spe - 1) * B
-            w[-1, :last] = 1.0 / last
-            w[-1, last:] = 0.0
-        weight[: E * spe, j] = w.repeat(E, 1)
-        final[(E - 1) * spe : E * spe, j] = (w > 0).float()
-    active = (torch.tensor(taus).unsqueeze(0) > torch.arange(T).unsqueeze(1)).sum(1).tolist()
-    final_start = min(tau - spe for tau, spe in zip(taus, per_epoch))
-    has_final = [s >= final_start for s in range(T)]
-    return ChunkSchedule(index.to(device), weight.to(device), final.to(device), active, has_final)
+    T = int(taus[0])
+    # Sample p of client j's epoch e goes to step e * spe_j + p // B, slot p % B (one scatter for all).
+    orders = torch.cat([epoch_permutation(seed, round_idx, client, e, size, sub_round)
+                        for client, size in zip(client_ids, sizes) for e in range(E)]).numpy()
+    block_len = np.repeat(n, E)  # block (j, e) holds n_j samples
+    block_of = np.repeat(np.arange(C * E), block_len)
+    position = np.arange(len(orders)) - np.repeat(np.cumsum(block_len) - block_len, block_len)
+    client_of = block_of // E
+    step_of = (block_of % E) * per_epoch[client_of] + position // B
+    index = np.empty((T, C, B), dtype=np.int64)
+    index[:] = np.asarray(offsets, dtype=np.int64).reshape(1, C, 1)  # padding: the client's first sample
+    index[step_of, client_of, position % B] = orders + np.asarray(offsets, dtype=np.int64)[client_of]
+    # Weights on the (step, client, slot) grid: slot b of step s holds sample (s mod spe) * B + b of
+    # the client's epoch; it is real if that is < n_k and the client still trains at step s.
+    step = np.arange(T).reshape(T, 1, 1)
+    start = (step % per_epoch.reshape(1, C, 1)) * B
+    real = (start + np.arange(B).reshape(1, 1, B) < n.reshape(1, C, 1)) & (step < taus.reshape(1, C, 1))
+    weight = (real / np.clip(n.reshape(1, C, 1) - start, 1, B)).astype(np.float32)
+    final = (real & (step >= (taus - per_epoch).reshape(1, C, 1))).astype(np.float32)
+    live = np.broadcast_to((step < taus.reshape(1, C, 1)), (T, C, B))  # the prefix still training
+    active = live[:, :, 0].sum(1)
+    has_final = (final.reshape(T, -1).any(1)).tolist()
+    client = np.broadcast_to(np.arange(C).reshape(1, C, 1), (T, C, B))
+    packed = [torch.from_numpy(np.ascontiguousarray(a[live])).to(device) for a in (index, weight, final, client)]
+    return ChunkSchedule(*packed, active.tolist(), (active * B).tolist(), has_final)

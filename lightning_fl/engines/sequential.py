@@ -13,6 +13,7 @@ from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines.base import ClientEngine, epoch_permutation
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.engines.hooks import ClientHookSet
+from lightning_fl.engines.optimizers import step_function
 from lightning_fl.models.base import ClientModule
 
 
@@ -67,10 +68,12 @@ class SequentialEngine(ClientEngine):
         plan, work = self.plan, self.work
         x_all, y_all = self.data.client_train(client_id)
         num_samples = len(y_all)
-        optimizer = plan.optimizer_factory([p for _, p in self._named])
+        params = [p for _, p in self._named]
+        optimizer = plan.optimizer_factory(params)
         saved = self.store.optimizer_state(client_id)
         if saved is not None:
             optimizer.load_state_dict(saved)
+        step = step_function(optimizer)  # optimizer.step minus torch's per-call profiler range (same math)
         scaler = self._make_scaler()
         use_loss_term = hooks.has("local_loss_term")
         use_grad_fix = hooks.has("correct_local_gradients")
@@ -78,22 +81,23 @@ class SequentialEngine(ClientEngine):
         hooks.start(ctx)
         correct = torch.zeros((), device=y_all.device)
         loss_sum = torch.zeros((), device=y_all.device)
-        step = 0
+        step_idx = 0
         for epoch in range(plan.local_epochs):
             order = epoch_permutation(plan.seed, ctx.round_idx, client_id, epoch, num_samples, ctx.sub_round)
             order = order.to(y_all.device)
             final_epoch = epoch == plan.local_epochs - 1
             for start in range(0, num_samples, plan.batch_size):
                 index = order[start : start + plan.batch_size]
-                x, y = x_all[index], y_all[index]
-                ctx.step = step
+                x, y = x_all.index_select(0, index), y_all.index_select(0, index)
+                ctx.step = step_idx
                 logits = work(x)
                 loss = work.loss(logits, y)
                 total = loss
                 if use_loss_term:
                     term = hooks.loss_term(ctx, {n: p.unsqueeze(0) for n, p in self._named})
                     total = total if term is None else total + term.sum()
-                optimizer.zero_grad(set_to_none=True)
+                for p in params:  # zero_grad(set_to_none=True) without its profiler range
+                    p.grad = None
                 (scaler.scale(total) if scaler else total).backward()
                 if scaler is not None and (use_grad_fix or use_after_step):
                     scaler.unscale_(optimizer)
@@ -105,7 +109,7 @@ class SequentialEngine(ClientEngine):
                     scaler.step(optimizer)
                     scaler.update()
                 else:
-                    optimizer.step()
+                    step()
                 if use_after_step:
                     with torch.no_grad():
                         delta = {n: (p - b).unsqueeze(0) for (n, p), b in zip(self._named, before)}
@@ -114,7 +118,7 @@ class SequentialEngine(ClientEngine):
                     with torch.no_grad():
                         correct += (logits.argmax(1) == y).sum()
                         loss_sum += loss.detach().float() * len(y)
-                step += 1
+                step_idx += 1
         self.store.save_optimizer_state(client_id, optimizer.state_dict())
         extra = hooks.end(ctx, self._stacked_params())
         return float(correct) / num_samples, float(loss_sum) / num_samples, extra

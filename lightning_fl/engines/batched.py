@@ -1,0 +1,198 @@
+"""Cohort forward passes: one model evaluated with ``C`` different parameter sets at once.
+
+Every formulation maps inputs ``(C * B, ...)`` (client ``c``'s batch in rows ``c*B:(c+1)*B``) and
+stacked parameters ``{name: (C, *shape)}`` to outputs ``(C * B, ...)``, differentiable with respect
+to the stacked parameters. Two of them live here:
+
+* :class:`FoldedForward` runs a copy of the model's own ``forward`` code on the folded batch, with
+  every parameterised layer swapped for a batched formulation that applies client ``c``'s weights to
+  client ``c``'s rows (``bmm`` for ``Linear``, a grouped convolution for ``Conv``, shifted indices
+  into a stacked table for ``Embedding``, per-client affine for ``GroupNorm``/``LayerNorm``, a
+  cell loop for ``LSTM``/``GRU``/``RNN``). Parameter-free layers (activations, pooling, flatten,
+  dropout) already act per sample and run unchanged. Each batched op is one kernel over the whole
+  cohort, where ``torch.func.vmap`` adds per-op batching overhead (measured in docs/performance.md).
+* :class:`VmapForward`: ``torch.func.functional_call`` under ``vmap``, for models with layers this
+  module does not know. Correct for any per-sample model that vmap supports; slower.
+
+Both assume a sample's output depends on that sample only (no batch statistics); models with
+BatchNorm are refused before either is built (see :mod:`lightning_fl.engines.formulation`).
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+from typing_extensions import override
+
+
+class CohortForward(ABC):
+    """A model evaluated with stacked per-client parameters (see the module docstring)."""
+
+    kind = "cohort"
+
+    def __init__(self) -> None:
+        self.params: dict[str, Tensor] = {}
+
+    def bind(self, params: dict[str, Tensor]) -> None:
+        """Use ``params`` (``(C, *shape)`` each, ``C`` = clients now training) from the next call on."""
+        self.params = params
+
+    @abstractmethod
+    def __call__(self, x: Tensor) -> Tensor:
+        """Outputs ``(C * B, ...)`` for folded inputs ``(C * B, ...)``."""
+
+
+class FoldedLayer(nn.Module):
+    """Base of batched layers: reads its stacked parameters from the owning :class:`FoldedForward`."""
+
+    def __init__(self, src: nn.Module, prefix: str, owner: CohortForward) -> None:
+        super().__init__()
+        self.prefix = prefix
+        object.__setattr__(self, "_owner", owner)  # not a submodule: avoids a reference cycle in modules()
+
+    def param(self, name: str) -> Tensor | None:
+        return self._owner.params.get(self.prefix + name)
+
+
+class FoldedLinear(FoldedLayer):
+    """``y_c = x_c W_c^T + b_c`` for every client ``c`` as one ``baddbmm``."""
+
+    @override
+    def forward(self, x: Tensor) -> Tensor:
+        weight, bias = self.param("weight"), self.param("bias")
+        n = weight.shape[0]
+        xs = x.reshape(n, -1, x.shape[-1])
+        out = torch.bmm(xs, weight.mT) if bias is None else torch.baddbmm(bias.unsqueeze(1), xs, weight.mT)
+        return out.reshape(*x.shape[:-1], weight.shape[1])
+
+
+class FoldedConv(FoldedLayer):
+    """Convolution with per-client kernels as one grouped convolution (``groups = C * groups``).
+
+    The cohort moves from the batch dimension to the channel dimension and back: ``(C B, Ch, ...)``
+    -> ``(B, C Ch, ...)`` -> conv -> ``(C B, Out, ...)``.
+    """
+
+    def __init__(self, src: nn.Conv1d | nn.Conv2d | nn.Conv3d, prefix: str, owner: CohortForward) -> None:
+        super().__init__(src, prefix, owner)
+        self.fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[len(src.kernel_size)]
+        self.stride, self.padding, self.dilation, self.groups = src.stride, src.padding, src.dilation, src.groups
+
+    @override
+    def forward(self, x: Tensor) -> Tensor:
+        weight, bias = self.param("weight"), self.param("bias")
+        n, out_ch = weight.shape[:2]
+        batch = x.shape[0] // n
+        grouped = x.reshape(n, batch, *x.shape[1:]).transpose(0, 1).reshape(batch, n * x.shape[1], *x.shape[2:])
+        y = self.fn(grouped, weight.reshape(n * out_ch, *weight.shape[2:]), None if bias is None else bias.reshape(-1),
+                    self.stride, self.padding, self.dilation, self.groups * n)
+        return y.reshape(batch, n, out_ch, *y.shape[2:]).transpose(0, 1).reshape(n * batch, out_ch, *y.shape[2:])
+
+
+class FoldedEmbedding(FoldedLayer):
+    """Per-client tables stacked into one: client ``c``'s index ``i`` reads row ``c * V + i``."""
+
+    def __init__(self, src: nn.Embedding, prefix: str, owner: CohortForward) -> None:
+        super().__init__(src, prefix, owner)
+        self.padding_idx, self.scale_grad_by_freq = src.padding_idx, src.scale_grad_by_freq
+
+    @override
+    def forward(self, idx: Tensor) -> Tensor:
+        weight = self.param("weight")
+        n, vocab, dim = weight.shape
+        shift = torch.arange(n, device=idx.device).repeat_interleave(idx.shape[0] // n) * vocab
+        out = F.embedding(idx + shift.view(-1, *[1] * (idx.dim() - 1)), weight.reshape(n * vocab, dim),
+                          scale_grad_by_freq=self.scale_grad_by_freq)
+        if self.padding_idx is not None:
+            # nn.Embedding sends no gradient to padding_idx; detach those positions to match.
+            out = torch.where((idx == self.padding_idx).unsqueeze(-1), out.detach(), out)
+        return out
+
+
+class FoldedNorm(FoldedLayer):
+    """GroupNorm/LayerNorm: per-sample normalisation (cohort-agnostic), then per-client affine."""
+
+    def __init__(self, src: nn.GroupNorm | nn.LayerNorm, prefix: str, owner: CohortForward) -> None:
+        super().__init__(src, prefix, owner)
+        self.group = isinstance(src, nn.GroupNorm)
+        self.num_groups = getattr(src, "num_groups", None)
+        self.shape = tuple(getattr(src, "normalized_shape", ()))
+        self.eps = src.eps
+
+    @override
+    def forward(self, x: Tensor) -> Tensor:
+        weight, bias = self.param("weight"), self.param("bias")
+        n = weight.shape[0]
+        if self.group:
+            y = F.group_norm(x, self.num_groups, None, None, self.eps)
+            view = (n, 1, weight.shape[1]) + (1,) * (x.dim() - 2)
+            ys = y.reshape(n, -1, *y.shape[1:])
+        else:
+            y = F.layer_norm(x, self.shape, None, None, self.eps)
+            view = (n, 1) + self.shape
+            ys = y.reshape(n, -1, *self.shape)
+        ys = ys * weight.view(view)
+        if bias is not None:
+            ys = ys + bias.view(view)
+        return ys.reshape(y.shape)
+
+
+def folded_layer_types() -> dict[type[nn.Module], type[FoldedLayer]]:
+    """Layer type -> batched formulation (exact types: a subclass may change ``forward``)."""
+    from lightning_fl.engines.batched_rnn import FoldedRNN
+
+    table: dict[type[nn.Module], type[FoldedLayer]] = {nn.Linear: FoldedLinear, nn.Embedding: FoldedEmbedding}
+    table.update({cls: FoldedConv for cls in (nn.Conv1d, nn.Conv2d, nn.Conv3d)})
+    table.update({cls: FoldedNorm for cls in (nn.GroupNorm, nn.LayerNorm)})
+    table.update({cls: FoldedRNN for cls in (nn.LSTM, nn.GRU, nn.RNN)})
+    return table
+
+
+class FoldedForward(CohortForward):
+    """The model's own ``forward`` on the folded batch with batched layers swapped in (module doc)."""
+
+    kind = "batched"
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.module = copy.deepcopy(model)
+        table = folded_layer_types()
+        for name, sub in list(self.module.named_modules()):
+            make = table.get(type(sub))
+            if make is None:
+                continue
+            parent_name, _, attr = name.rpartition(".")
+            setattr(self.module.get_submodule(parent_name), attr, make(sub, name + ".", self))
+        self.module.train()
+
+    @override
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.module(x)
+
+
+class VmapForward(CohortForward):
+    """``vmap(functional_call(model, params_c, x_c))`` over the cohort: any vmap-able model."""
+
+    kind = "vmap"
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.module = copy.deepcopy(model).train()
+        buffers = dict(self.module.named_buffers())
+
+        def one_client(params: dict[str, Tensor], x: Tensor) -> Tensor:
+            return functional_call(self.module, (params, buffers), (x,))
+
+        # "different": dropout draws independent masks per client, as separate clients would.
+        self._batched = vmap(one_client, randomness="different")
+
+    @override
+    def __call__(self, x: Tensor) -> Tensor:
+        n = next(iter(self.params.values())).shape[0]
+        out = self._batched(self.params, x.reshape(n, -1, *x.shape[1:]))
+        return out.reshape(-1, *out.shape[2:])

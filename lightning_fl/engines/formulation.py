@@ -1,0 +1,145 @@
+"""Which cohort formulation a model gets, and a set-up check that it computes what the model does.
+
+Order of preference (fastest first):
+
+1. ``fused-linear``: hand-written gradients of a Linear/activation chain with the default loss, fp32
+   (:mod:`lightning_fl.engines.fused`);
+2. ``batched``: the model's forward with batched layers swapped in, autograd
+   (:class:`~lightning_fl.engines.batched.FoldedForward`);
+3. ``vmap``: ``functional_call`` under ``vmap`` for layers without a batched formulation.
+
+Models that keep batch statistics (BatchNorm, InstanceNorm with running stats) cannot be trained as
+one folded batch without mixing or re-implementing their buffers, and are refused. A model passes the
+check in :func:`verify` before a formulation is used, so an unusual ``forward`` (one that mixes
+samples, say) falls back to the next formulation or to the sequential engine instead of training
+silently wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from lightning_fl.engines.batched import CohortForward, FoldedForward, VmapForward, folded_layer_types
+from lightning_fl.engines.fused import FusedLinearChain, linear_chain
+from lightning_fl.models.base import ClientModule
+
+# Layers whose batched form is slower than a plain loop on a CPU (grouped convolutions with a large
+# group count, step-by-step recurrences): ``auto`` trains such models sequentially there.
+_CPU_SLOW = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.RNNBase)
+_RUNNING_STATS = (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)
+
+
+@dataclass(frozen=True)
+class ModelAnalysis:
+    """What the vectorized engine can do with a model, from its layer types alone.
+
+    Attributes:
+        kinds: Formulations to try, fastest first (empty: the model cannot be vectorized).
+        reason: Why not, when ``kinds`` is empty; otherwise a short description for the log.
+        cpu_slow: Layer types that make the vectorized engine slower than the sequential one on CPU.
+    """
+
+    kinds: tuple[str, ...]
+    reason: str
+    cpu_slow: tuple[str, ...] = ()
+
+
+def _foldable(module: nn.Module) -> bool:
+    if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+        return module.padding_mode == "zeros"
+    if isinstance(module, nn.Embedding):
+        return module.max_norm is None and not module.sparse
+    if isinstance(module, nn.RNNBase):
+        return getattr(module, "proj_size", 0) == 0
+    return True
+
+
+def analyse_model(model: ClientModule, precision: str = "32-true") -> ModelAnalysis:
+    """Classify ``model`` for the vectorized engine (see the module docstring)."""
+    if not any(p.requires_grad for p in model.parameters()):
+        return ModelAnalysis((), "the model has no trainable parameters")
+    for name, module in model.named_modules():
+        if isinstance(module, _RUNNING_STATS) and getattr(module, "track_running_stats", False):
+            return ModelAnalysis((), f"{type(module).__name__} ({name}) keeps running batch statistics per client")
+    table = folded_layer_types()
+    owners = {name: m for name, m in model.named_modules() if any(p is not None for p in m._parameters.values())}
+    unknown = sorted({type(m).__name__ for m in owners.values() if type(m) not in table or not _foldable(m)})
+    layer_names = sorted({type(m).__name__ for m in owners.values()})
+    cpu_slow = tuple(sorted({type(m).__name__ for m in owners.values() if isinstance(m, _CPU_SLOW)}))
+    if unknown:
+        return ModelAnalysis(("vmap",), f"vmap over {', '.join(unknown)}", cpu_slow + tuple(unknown))
+    kinds = ("batched", "vmap")
+    chain = linear_chain(model, len(model.input_shape))
+    default_loss = type(model).loss is ClientModule.loss
+    if chain is not None and default_loss and precision == "32-true":
+        linears = {name for op, name in chain if op == "linear"}
+        if linears == set(owners):
+            kinds = ("fused-linear",) + kinds
+    return ModelAnalysis(kinds, f"{'/'.join(layer_names)} model", cpu_slow)
+
+
+def build_forward(kind: str, model: ClientModule) -> CohortForward:
+    """Instantiate formulation ``kind`` for ``model``."""
+    if kind == "fused-linear":
+        return FusedLinearChain(linear_chain(model, len(model.input_shape)))
+    if kind == "batched":
+        return FoldedForward(model)
+    return VmapForward(model)
+
+
+def verify(forward: CohortForward, model: ClientModule, x: Tensor, y: Tensor) -> str | None:
+    """Compare ``forward`` with the model itself on two perturbed clients; the problem, or ``None``.
+
+    Outputs are compared in eval mode (dropout off) and fp32; for ``fused-linear`` the hand-written
+    gradients are compared with autograd's too.
+    """
+    reference = {n: p.detach().float() for n, p in model.named_parameters()}
+    gen = torch.Generator().manual_seed(0)
+    clients = [{n: p + 0.05 * c * torch.randn(p.shape, generator=gen).to(p.device) for n, p in reference.items()}
+               for c in range(2)]
+    stacked = {n: torch.stack([c[n] for c in clients]).requires_grad_() for n in reference}
+    rows = x[: min(3, len(x))]
+    folded_x = torch.cat([rows, rows])
+    module = getattr(forward, "module", None)
+    was_training = model.training
+    try:
+        with torch.autocast(x.device.type, enabled=False):
+            model.eval()
+            if module is not None:
+                module.eval()
+            forward.bind(stacked)
+            got = forward(folded_x).detach().view(2, len(rows), -1)
+            for c, params in enumerate(clients):
+                expected = functional_call(model, params, (rows,)).detach().reshape(len(rows), -1)
+                if not torch.allclose(got[c], expected, rtol=1e-4, atol=1e-5):
+                    return f"{forward.kind} outputs differ from the model's own forward"
+            if isinstance(forward, FusedLinearChain):
+                return _verify_gradients(forward, model, clients, rows, y[: len(rows)])
+    except Exception as err:  # noqa: BLE001 - an unsupported op surfaces here; report, don't crash
+        return f"{forward.kind} formulation failed: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
+    finally:
+        model.train(was_training)
+        if module is not None:
+            module.train()
+    return None
+
+
+def _verify_gradients(forward: FusedLinearChain, model: ClientModule, clients: list[dict[str, Tensor]],
+                      rows: Tensor, labels: Tensor) -> str | None:
+    weight = torch.full((2 * len(rows), 1), 1.0 / len(rows), device=rows.device)
+    offset = -weight * F.one_hot(torch.cat([labels, labels]), model.num_classes)
+    with torch.no_grad():
+        grads, _ = forward.gradients(torch.cat([rows, rows]), weight, offset)
+    for c, params in enumerate(clients):
+        leaves = {n: p.clone().requires_grad_() for n, p in params.items()}
+        loss = F.cross_entropy(functional_call(model, leaves, (rows,)).float(), labels)
+        expected = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+        for (name, _), want in zip(leaves.items(), expected):
+            if want is not None and not torch.allclose(grads[name][c], want, rtol=1e-4, atol=1e-6):
+                return f"fused-linear gradient of {name} differs from autograd's"
+    return None

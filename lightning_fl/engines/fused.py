@@ -1,0 +1,188 @@
+"""Hand-written forward and backward for cohorts of Linear/activation chains with cross-entropy.
+
+On a CPU a logistic-regression or MLP step over a whole cohort is a handful of tiny kernels, so its
+cost is per-op overhead, and autograd's graph bookkeeping is the largest share of it (profile in
+docs/performance.md). For models whose ``forward`` is a chain of ``flatten`` -> ``Linear`` ->
+activation -> ``Linear`` ... trained with the default mean cross-entropy, this module computes the
+per-client gradients directly::
+
+    dL/dz = w * (softmax(z) - onehot(y))        (w: 1/|batch| per real sample, 0 for padding)
+    dL/dW_c = dz_c^T h_c,  dL/db_c = sum_b dz_c,  dL/dh_c = dz_c W_c       (one bmm each)
+
+The chain is read from a ``torch.fx`` trace of the model, so any model written this way (not only
+``LogisticRegression``/``MLP``) qualifies; anything else uses the autograd formulations. The engine's
+set-up check compares these gradients with autograd's before using them.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from typing_extensions import override
+
+from lightning_fl.engines.batched import CohortForward
+
+_ACTIVATION_MODULES = {nn.ReLU: "relu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid", nn.Identity: "identity"}
+_ACTIVATION_FUNCTIONS = {torch.relu: "relu", F.relu: "relu", torch.tanh: "tanh", torch.sigmoid: "sigmoid"}
+
+
+def linear_chain(model: nn.Module, input_dims: int) -> list[tuple[str, str]] | None:
+    """The model as ``[(op, linear_name), ...]`` if it is a flatten/Linear/activation chain, else ``None``.
+
+    Args:
+        model: The client model.
+        input_dims: Dimensions of one input sample (1 for vectors, 3 for images).
+    """
+    try:
+        graph = torch.fx.symbolic_trace(model).graph
+    except Exception:  # noqa: BLE001 - any untraceable model simply takes the autograd path
+        return None
+    ops: list[tuple[str, str]] = []
+    previous, dims = None, input_dims + 1
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            if previous is not None:
+                return None
+            previous = node
+            continue
+        if node.op == "output":
+            return ops if node.args[0] is previous and any(op == "linear" for op, _ in ops) else None
+        if not node.args or node.args[0] is not previous or len(previous.users) != 1:
+            return None
+        op = _classify(model, node, dims)
+        if op is None:
+            return None
+        if op[0] == "flatten":
+            dims = 2
+        elif op[0] == "linear" and dims != 2:
+            return None
+        ops.append(op)
+        previous = node
+    return None
+
+
+def _classify(model: nn.Module, node: torch.fx.Node, dims: int) -> tuple[str, str] | None:
+    args, kwargs = node.args[1:], node.kwargs
+    if node.op == "call_module":
+        module = model.get_submodule(node.target)
+        if type(module) is nn.Linear:
+            return ("linear", node.target)
+        if type(module) in _ACTIVATION_MODULES and not kwargs and not args:
+            return (_ACTIVATION_MODULES[type(module)], "")
+        if type(module) is nn.Flatten and module.start_dim == 1 and module.end_dim in (-1, dims - 1):
+            return ("flatten", "")
+        return None
+    flatten_args = (args in ((1,), (1, -1)) and not kwargs) or (not args and kwargs == {"start_dim": 1})
+    if node.op == "call_method" and node.target == "flatten" and flatten_args:
+        return ("flatten", "")
+    if node.op == "call_function" and node.target is torch.flatten and flatten_args:
+        return ("flatten", "")
+    if node.op == "call_function" and node.target in _ACTIVATION_FUNCTIONS and not args and not kwargs:
+        return (_ACTIVATION_FUNCTIONS[node.target], "")
+    if node.op == "call_method" and node.target in ("relu", "tanh", "sigmoid") and not args and not kwargs:
+        return (node.target, "")
+    return None
+
+
+class FusedLinearChain(CohortForward):
+    """Cohort forward and hand-written backward of a Linear/activation chain (module docstring).
+
+    Args:
+        ops: The chain from :func:`linear_chain`.
+    """
+
+    kind = "fused-linear"
+
+    def __init__(self, ops: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.ops = ops
+        self._first_linear = next(i for i, (op, _) in enumerate(ops) if op == "linear")
+        self._layers: dict[str, tuple[Tensor, Tensor, Tensor | None]] = {}
+
+    @override
+    def bind(self, params: dict[str, Tensor]) -> None:
+        super().bind(params)
+        # Views made once per bind (they follow the optimizer's in-place updates): two ops less per
+        # Linear and step.
+        self._layers = {}
+        for op, name in self.ops:
+            if op == "linear":
+                weight, bias = params[name + ".weight"], params.get(name + ".bias")
+                self._layers[name] = (weight, weight.mT, None if bias is None else bias.unsqueeze(1))
+
+    @override
+    def __call__(self, x: Tensor) -> Tensor:
+        return self._forward(x, None)
+
+    def _forward(self, x: Tensor, saved: list[Tensor] | None, out: Tensor | None = None) -> Tensor:
+        h = x
+        last = len(self.ops) - 1
+        for position, (op, name) in enumerate(self.ops):
+            if op == "flatten":
+                h = h.flatten(1)
+            elif op == "linear":
+                weight, weight_t, bias = self._layers[name]
+                hs = h.view(weight.shape[0], -1, h.shape[-1])
+                if saved is not None:
+                    saved.append(hs)
+                target = None
+                if out is not None and position == last:
+                    target = out.view(weight.shape[0], -1, weight.shape[1])
+                z = (torch.bmm(hs, weight_t, out=target) if bias is None else
+                     torch.baddbmm(bias, hs, weight_t, out=target))
+                h = z.view(-1, z.shape[-1])
+            elif op != "identity":
+                h = torch.relu(h) if op == "relu" else torch.tanh(h) if op == "tanh" else torch.sigmoid(h)
+                if saved is not None:
+                    saved.append(h)
+        return h
+
+    def gradients(self, x: Tensor, weight: Tensor, offset: Tensor, out: Tensor | None = None
+                  ) -> tuple[dict[str, Tensor], Tensor]:
+        """Per-client gradients of ``sum_c sum_b weight[c, b] * CE(z[c, b], y[c, b])``.
+
+        Call under ``torch.no_grad()`` (the engine runs its whole step loop so; a per-call decorator
+        costs as much as a small op).
+
+        Args:
+            x: ``(C * B, ...)`` folded inputs.
+            weight: ``(C * B, 1)`` per-sample loss weights.
+            offset: ``(C * B, classes)``: ``-weight * onehot(y)`` (label-only, staged per round).
+            out: Optional ``(C * B, classes)`` tensor to write the logits into (saves a copy when the
+                engine keeps them for statistics).
+
+        Returns:
+            ``(grads, logits)``: gradients by parameter name and the ``(C * B, classes)`` logits.
+        """
+        saved: list[Tensor] = []
+        logits = self._forward(x, saved, out)
+        # softmax by hand (max-shifted): on CPU torch.softmax over 10 classes costs more than these ops.
+        shifted = (logits - logits.amax(1, keepdim=True)).exp_()
+        grad = torch.addcmul(offset, shifted, weight / shifted.sum(1, keepdim=True))
+        grads: dict[str, Tensor] = {}
+        for position in range(len(self.ops) - 1, self._first_linear - 1, -1):
+            op, name = self.ops[position]
+            if op == "linear":
+                weight_c, _, bias = self._layers[name]
+                h_in = saved.pop()
+                g3 = grad.view(weight_c.shape[0], -1, grad.shape[-1])
+                _accumulate(grads, name + ".weight", torch.bmm(g3.mT, h_in))
+                if bias is not None:
+                    _accumulate(grads, name + ".bias", g3.sum(1))
+                if position > self._first_linear:
+                    grad = torch.bmm(g3, weight_c).view(-1, weight_c.shape[-1])
+            elif op in ("relu", "tanh", "sigmoid"):
+                out = saved.pop()
+                if op == "relu":
+                    grad = grad * (out > 0)
+                elif op == "tanh":
+                    grad = grad * (1 - out * out)
+                else:
+                    grad = grad * out * (1 - out)
+        return grads, logits
+
+
+def _accumulate(grads: dict[str, Tensor], name: str, value: Tensor) -> None:
+    # A Linear used twice (weight tying) gets the sum of both uses' gradients, as autograd gives.
+    grads[name] = value if name not in grads else grads[name] + value

@@ -1,0 +1,311 @@
+"""The vectorized client engine: a whole cohort (or a chunk of it) trains in lock step.
+
+SPEC section 1 has every client train ``tau_k = E * ceil(n_k / B)`` minibatch steps from ``w^t`` with
+the configured client optimizer. Here the clients' parameters are stacked along a leading cohort
+dimension ``(C, *shape)`` and each local step is one batched forward/backward over all ``C`` clients
+(see :mod:`lightning_fl.engines.formulation`), followed by one ``step()`` of the configured optimizer
+on the stacked tensors, which is the per-client optimizer exactly because only element-wise
+optimizers are accepted (:mod:`lightning_fl.engines.optimizers`). The objective
+``sum_c (mean batch loss_c + hook term_c)`` has the same per-client gradients as the sequential
+engine's per-client objective.
+
+Unequal ``tau_k``: a chunk's clients are sorted by decreasing ``tau_k``, so at every step the clients
+still training are a prefix. When clients finish, the parameters and the optimizer's per-client
+state are replaced by views of that prefix: finished clients' rows are then neither computed nor
+touched (not even by weight decay or momentum), with no per-step masking cost.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from pytorch_lightning.utilities import rank_zero_info
+from torch import Tensor
+from torch.func import vmap
+from torch.optim import Optimizer
+from typing_extensions import override
+
+from datamodules.federated_data import FederatedData
+from lightning_fl.client_state import ClientStateStore
+from lightning_fl.engines.base import ClientEngine, LocalTrainingPlan
+from lightning_fl.engines.cohort import LocalTrainingContext
+from lightning_fl.engines.formulation import analyse_model, build_forward, verify
+from lightning_fl.engines.fused import FusedLinearChain
+from lightning_fl.engines.hooks import ClientHookSet
+from lightning_fl.engines.optimizers import (
+    client_state,
+    narrow_leaves,
+    optimizer_problem,
+    stack_states,
+    state_signature,
+    step_function,
+)
+from lightning_fl.engines.schedule import ChunkSchedule, build_schedule
+from lightning_fl.engines.staging import FinalEpochStats, StagedBatches, per_sample_cross_entropy
+from lightning_fl.engines.sequential import SequentialEngine
+from lightning_fl.models.base import ClientModule
+from lightning_fl.validation import ConfigError
+
+_AUTOCAST = {"bf16-mixed": torch.bfloat16, "bf16": torch.bfloat16, "16-mixed": torch.float16, "16": torch.float16}
+
+
+class VectorizedEngine(ClientEngine):
+    """Trains the cohort in chunks of at most ``max_parallel_clients`` clients, each chunk at once.
+
+    Args:
+        plan: Local training configuration.
+        strict: Raise ``ConfigError`` when the model or optimizer cannot be vectorized (``engine:
+            vectorized``); otherwise (``engine: auto``) log why and train sequentially.
+    """
+
+    name = "vectorized"
+
+    def __init__(self, plan: LocalTrainingPlan, strict: bool = True) -> None:
+        super().__init__(plan)
+        self.strict = strict
+        self.fallback: SequentialEngine | None = None
+        self.forward = None
+
+    @override
+    def setup(self, model: ClientModule, data: FederatedData, store: ClientStateStore) -> None:
+        super().setup(model, data, store)
+        self.fallback = None
+        analysis = analyse_model(model, self.plan.precision)
+        problem = optimizer_problem(self.plan.optimizer_factory) or (None if analysis.kinds else analysis.reason)
+        failures = []
+        for kind in analysis.kinds if problem is None else ():
+            forward = build_forward(kind, model)
+            issue = verify(forward, model, data.x_train[:3], data.y_train[:3])
+            if issue is None:
+                self.forward = forward
+                break
+            failures.append(issue)
+        else:
+            problem = problem or "; ".join(failures)
+        if problem is not None:
+            if self.strict:
+                raise ConfigError(f"engine: vectorized cannot train this run ({problem}); use engine: sequential")
+            rank_zero_info(f"Client engine: sequential (vectorized set-up check: {problem})")
+            self.fallback = SequentialEngine(self.plan)
+            self.fallback.setup(model, data, store)
+            return
+        self._named = [(n, p.requires_grad) for n, p in model.named_parameters()]
+        names = {n for n, _ in self._named}
+        self._constant = [e for e in self.layout.float_entries if e.name not in names]  # float buffers
+        self._default_loss = type(model).loss is ClientModule.loss
+        self._sizes, self._offsets = data.train_sizes().tolist(), data.train_offsets.tolist()
+        rank_zero_info(f"Vectorized engine: {self.forward.kind} formulation ({analysis.reason})")
+
+    @override
+    def _train(self, ctx: LocalTrainingContext, hooks: ClientHookSet
+               ) -> tuple[Tensor, dict[str, Tensor], Tensor, Tensor, dict[str, Tensor]]:
+        if self.fallback is not None:
+            self.fallback.plan = self.plan  # follows per-call overrides (Tempo's local epochs)
+            return self.fallback._train(ctx, hooks)
+        num_clients, device = ctx.num_clients, self.model.device
+        weights = torch.empty(num_clients, self.layout.numel, device=device)
+        train_acc = torch.zeros(num_clients, dtype=torch.float64)
+        train_loss = torch.zeros(num_clients, dtype=torch.float64)
+        extra_parts = []
+        for positions, saved in self._chunks(ctx):
+            w, acc, loss, extra = self._train_chunk(ctx, positions, saved, hooks)
+            index = torch.tensor(positions)
+            weights[index.to(device)] = w
+            train_acc[index], train_loss[index] = acc, loss
+            extra_parts.append((index, extra))
+        # Integer buffers are never trained here (no BatchNorm): the first member's equal the global ones.
+        state = self.model.state_dict() if self.layout.other_names else {}
+        int_state = {n: state[n].clone() for n in self.layout.other_names}
+        return weights, int_state, train_acc, train_loss, _merge_extras(extra_parts, num_clients)
+
+    def _chunks(self, ctx: LocalTrainingContext) -> list[tuple[list[int], list | None]]:
+        """Cohort positions per chunk (by decreasing ``n_k``), with the clients' saved optimizer states.
+
+        Kept optimizer states can only share a stacked optimizer when their shared scalars (e.g.
+        Adam's step count) agree, so clients are first grouped by :func:`state_signature`.
+        """
+        ids = ctx.client_ids.tolist()
+        saved = [self.store.optimizer_state(k) for k in ids]
+        groups: dict[object, list[int]] = {}
+        for position, state in enumerate(saved):
+            groups.setdefault(state_signature(state), []).append(position)
+        limit = self.plan.max_parallel_clients or len(ids)
+        chunks = []
+        for signature, positions in groups.items():
+            positions.sort(key=lambda p: (-self._sizes[ids[p]], p))
+            for start in range(0, len(positions), limit):
+                part = positions[start : start + limit]
+                chunks.append((part, None if signature is None else [saved[p] for p in part]))
+        return chunks
+
+    def _train_chunk(self, ctx: LocalTrainingContext, positions: list[int], saved: list | None,
+                     hooks: ClientHookSet) -> tuple[Tensor, Tensor, Tensor, dict[str, Tensor]]:
+        plan, device = self.plan, self.model.device
+        num = len(positions)
+        index = torch.tensor(positions)
+        ids = ctx.client_ids[index]
+        sizes = [self._sizes[k] for k in ids.tolist()]
+        chunk = LocalTrainingContext(
+            round_idx=ctx.round_idx, client_ids=ids, cohort_size=ctx.cohort_size, num_steps=ctx.num_steps[index],
+            global_params=ctx.global_params, lr=ctx.lr, sub_round=ctx.sub_round,
+            active=torch.ones(num, dtype=torch.bool, device=device),
+        )
+        id_list = ids.tolist()
+        schedule = build_schedule(seed=plan.seed, round_idx=ctx.round_idx, sub_round=ctx.sub_round, client_ids=id_list,
+                                  sizes=sizes, offsets=[self._offsets[k] for k in id_list],
+                                  local_epochs=plan.local_epochs, batch_size=plan.batch_size, device=device)
+        fused = isinstance(self.forward, FusedLinearChain)
+        batches = StagedBatches(schedule, self.data.x_train, self.data.y_train,
+                                self.model.num_classes if fused else None)
+        stats = FinalEpochStats(schedule, batches)
+        # Every client starts from w^t; `full` holds all C rows, the optimizer sees the active prefix.
+        full = {n: p.detach().unsqueeze(0).repeat(num, *[1] * p.dim()) for n, p in self.model.named_parameters()}
+        leaves = [full[n].detach().requires_grad_(trainable) for n, trainable in self._named]
+        optimizer = plan.optimizer_factory(leaves)
+        if saved is not None:
+            optimizer.load_state_dict(stack_states(saved, [p.shape for p in self.model.parameters()]))
+        hooks.start(chunk)
+        # The hand-written path needs no autograd graph (a hook's loss term enables it locally).
+        with torch.no_grad() if fused else torch.enable_grad():
+            kept = self._steps(chunk, schedule, batches, stats, full, leaves, optimizer, hooks)
+        for row, client in enumerate(ids.tolist()):
+            if kept:
+                self.store.save_optimizer_state(client, kept[row])
+        chunk.active[:] = False
+        extra = hooks.end(chunk, full)
+        correct, loss_sum = stats.totals(per_sample_cross_entropy if self._default_loss else self._per_sample_loss, num)
+        n_k = torch.tensor(sizes, dtype=torch.float64)
+        return self._flat(full, num), correct / n_k, loss_sum / n_k, extra
+
+    def _steps(self, chunk: LocalTrainingContext, schedule: ChunkSchedule, batches: StagedBatches,
+               stats: FinalEpochStats, full: dict[str, Tensor], leaves: list[Tensor], optimizer: Optimizer,
+               hooks: ClientHookSet) -> dict[int, dict]:
+        """Every local step of a chunk; returns the kept per-client optimizer states (if kept)."""
+        device, fused, forward = self.model.device, isinstance(self.forward, FusedLinearChain), self.forward
+        use_term, use_fix, use_after = (hooks.has(h) for h in ("local_loss_term", "correct_local_gradients",
+                                                                "after_local_step"))
+        keep, kept = self.store.keep_optimizer_state, {}
+        scaler, step_fn = self._make_scaler(), step_function(optimizer)
+        autocast = _AUTOCAST.get(self.plan.precision)
+        named = dict(zip(full, leaves))
+        forward.bind(named)
+        active = len(leaves[0])
+        for step, now in enumerate(schedule.active):
+            if now != active:  # the last clients finished: train only the prefix from now on
+                if keep:
+                    kept.update({r: client_state(optimizer, leaves, r) for r in range(now, active)})
+                leaves = narrow_leaves(optimizer, leaves, [full[n][:now] for n in full])
+                named = dict(zip(full, leaves))
+                forward.bind(named)
+                chunk.active[now:active] = False
+                active = now
+            chunk.step = step
+            x, y, weight, offset = batches.get(step)
+            if fused:
+                # Logits go straight into the statistics buffer (offset has their shape; dtype: the params').
+                out = stats.buffer(step, offset.to(leaves[0].dtype)) if stats.wants[step] else None
+                grads, logits = forward.gradients(x, weight, offset, out)
+                if use_term:
+                    _add_term_gradients(grads, hooks, chunk, named, full, active)
+                for name, leaf in named.items():
+                    leaf.grad = grads.get(name) if leaf.requires_grad else None
+            else:
+                with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
+                    logits = forward(x)
+                total = (self._per_sample_loss(logits, y) * weight.squeeze(1)).sum()
+                if use_term:
+                    term = hooks.loss_term(chunk, _hook_params(named, full, active))
+                    total = total if term is None else total + term[:active].sum()
+                for leaf in leaves:
+                    leaf.grad = None
+                (scaler.scale(total) if scaler else total).backward()
+            if stats.wants[step]:
+                stats.record(step, logits)
+            if scaler is not None and (use_fix or use_after):
+                scaler.unscale_(optimizer)
+            if use_fix:
+                _correct_gradients(hooks, chunk, named, full, active)
+            before = {n: t.clone() for n, t in full.items()} if use_after else None
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                step_fn()
+            if use_after:
+                _after_step(hooks, chunk, full, before, active)
+        if keep:
+            kept.update({r: client_state(optimizer, leaves, r) for r in range(active)})
+        return kept
+
+    def _per_sample_loss(self, logits: Tensor, y: Tensor) -> Tensor:
+        if self._default_loss:
+            return F.cross_entropy(logits.float(), y, reduction="none")
+        # A custom ClientModule.loss is assumed to be a mean of per-sample terms (as the default).
+        return vmap(lambda out, target: self.model.loss(out.unsqueeze(0), target.unsqueeze(0)))(logits, y).float()
+
+    def _flat(self, full: dict[str, Tensor], num: int) -> Tensor:
+        """``(C, d)`` fp32 client weights; float buffers (never trained here) keep the global value."""
+        out = torch.empty(num, self.layout.numel, device=self.model.device)
+        state = self.model.state_dict() if self._constant else {}
+        for entry in self.layout.float_entries:
+            source = full[entry.name] if entry.name in full else state[entry.name].unsqueeze(0)
+            out[:, entry.start : entry.stop] = source.reshape(source.shape[0], -1)
+        return out
+
+
+def _hook_params(named: dict[str, Tensor], full: dict[str, Tensor], active: int) -> dict[str, Tensor]:
+    """``(C, ...)`` parameters in autograd for ``local_loss_term``: live rows, then finished rows (constant)."""
+    if active == next(iter(full.values())).shape[0]:
+        return named
+    return {n: torch.cat([leaf, full[n][active:]]) for n, leaf in named.items()}
+
+
+def _add_term_gradients(grads: dict[str, Tensor], hooks: ClientHookSet, ctx: LocalTrainingContext,
+                        named: dict[str, Tensor], full: dict[str, Tensor], active: int) -> None:
+    with torch.enable_grad():
+        term = hooks.loss_term(ctx, _hook_params(named, full, active))
+        if term is None:
+            return
+        trainable = [(n, leaf) for n, leaf in named.items() if leaf.requires_grad]
+        extra = torch.autograd.grad(term[:active].sum(), [leaf for _, leaf in trainable], allow_unused=True)
+    for (name, _), value in zip(trainable, extra):
+        if value is not None:
+            grads[name] = value if name not in grads else grads[name] + value
+
+
+def _correct_gradients(hooks: ClientHookSet, ctx: LocalTrainingContext, named: dict[str, Tensor],
+                       full: dict[str, Tensor], active: int) -> None:
+    """``correct_local_gradients`` on ``(C, ...)`` gradients (zeros for finished clients)."""
+    grads = {}
+    for name, leaf in named.items():
+        if leaf.grad is None:
+            continue
+        grad = leaf.grad
+        if active < full[name].shape[0]:
+            grad = torch.cat([grad, grad.new_zeros(full[name].shape[0] - active, *grad.shape[1:])])
+        grads[name] = grad
+    hooks.correct_gradients(ctx, full, grads)
+    for name, grad in grads.items():
+        named[name].grad = grad[:active]
+
+
+def _after_step(hooks: ClientHookSet, ctx: LocalTrainingContext, full: dict[str, Tensor],
+                before: dict[str, Tensor], active: int) -> None:
+    """``after_local_step`` with ``step_delta = w_after - w_before``; finished clients are restored."""
+    with torch.no_grad():
+        delta = {n: full[n] - before[n] for n in full}
+        hooks.after_step(ctx, full, delta)
+        for name, value in full.items():
+            if active < value.shape[0]:
+                value[active:].copy_(before[name][active:])
+
+
+def _merge_extras(parts: list[tuple[Tensor, dict[str, Tensor]]], num_clients: int) -> dict[str, Tensor]:
+    """Stack per-chunk hook statistics back into cohort order."""
+    merged: dict[str, Tensor] = {}
+    for index, extra in parts:
+        for key, value in extra.items():
+            if key not in merged:
+                merged[key] = value.new_empty((num_clients, *value.shape[1:]))
+            merged[key][index.to(value.device)] = value
+    return merged
