@@ -58,7 +58,8 @@ class FederatedLoop(LightningModule):
         batch_size: ``B``, local minibatch size.
         sampling: ``uniform``, ``by_samples`` or ``all`` (SPEC section 1).
         seed: Seed of cohort sampling, batch order and model initialisation.
-        engine: Client engine (see :func:`lightning_fl.engines.build_engine`): ``sequential``.
+        engine: Client engine: ``auto`` (default: vectorized where it is exact and faster, see
+            ``docs/performance.md``), ``sequential`` or ``vectorized``.
         max_parallel_clients: Upper bound on clients trained at once by a vectorized engine (memory).
         hierarchy: Three-layer client/institution/server training (SPEC section 6); ``None`` for the
             usual two-layer loop. With a hierarchy, every client of every institution trains each round
@@ -90,7 +91,7 @@ class FederatedLoop(LightningModule):
         batch_size: int = 10,
         sampling: str = "uniform",
         seed: int = 0,
-        engine: str = "sequential",
+        engine: str = "auto",
         max_parallel_clients: int | None = None,
         hierarchy: Hierarchy | None = None,
         keep_client_optimizer_state: bool = False,

@@ -62,7 +62,7 @@ class _Recorder(FedAvg):
 
 def test_institution_rounds_happen_before_each_server_aggregation(tiny):
     _Recorder.events = []
-    config = tiny(**{"model.hierarchy": _hierarchy(2, 3), "trainer.max_epochs": 2,
+    config = tiny(**{"model.hierarchy": _hierarchy(2, 3), "trainer.max_epochs": 2, "model.engine": "sequential",
                      "trainer.callbacks": [{"class_path": "tests.hierarchy.test_hierarchy._Recorder"}]})
     assert run_cli("fit", "--config", str(config)) == 0
     events = _Recorder.events
