@@ -78,6 +78,18 @@ class IGFLMemory:
         self.prev = {int(c): deltas[i].clone() for i, c in enumerate(ids)}
 
 
+class IGFLMemoryState:
+    """Mixin: the callback's checkpointed state is its :class:`IGFLMemory` ``self.memory`` (exact resume)."""
+
+    memory: IGFLMemory
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.memory.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.memory.load_state_dict(state_dict)
+
+
 class IGFLClientHooks:
     """Mixin: IGFL-C's per-step correction (Algorithm 2) for a callback with ``self.memory``.
 
@@ -128,7 +140,7 @@ class IGFLClientHooks:
                 value.add_(torch.add(constant[name], step_delta[name], alpha=inv_k))  # += D_G
 
 
-class IGFLClient(IGFLClientHooks, FedAvg):
+class IGFLClient(IGFLClientHooks, IGFLMemoryState, FedAvg):
     """IGFL-C (IJCAI 2021, Algorithm 2): group-behaviour correction of every local step, FedAvg server.
 
     SPEC section 4. State: ``dW_ps = w^t - w^{t-1}`` (zeros at ``t = 0``) and per client
@@ -175,11 +187,3 @@ class IGFLClient(IGFLClientHooks, FedAvg):
         new_w = super().aggregate(trainer, loop, round_idx, global_w, update)
         self.memory.record(global_w, new_w, update.client_ids, update.weights)
         return new_w
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return self.memory.state_dict()
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.memory.load_state_dict(state_dict)

@@ -10,7 +10,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from callbacks.base import AggregationCallback
-from callbacks.igfl_client import IGFLMemory
+from callbacks.igfl_client import IGFLMemory, IGFLMemoryState
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.figures import attention_figure
 from lightning_fl.functional.igfl import ATTENTION_MODES, SIMILARITIES, igfl_attention_aggregate
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from lightning_fl.loop import FederatedLoop
 
 
-class IGFLServer(AggregationCallback):
+class IGFLServer(IGFLMemoryState, AggregationCallback):
     """IGFL-S (IJCAI 2021, Algorithm 3): attention-based federated learning on the server.
 
     SPEC section 4. Values and keys are the cohort deltas ``D_j = y_j - w^t``; scores
@@ -105,11 +105,3 @@ class IGFLServer(AggregationCallback):
             writer.add_histogram("server/weights", effective.detach().float().cpu(), step)
             if figure:
                 writer.add_figure("server/attention", attention_figure(attention, client_ids.tolist(), step), step)
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return self.memory.state_dict()
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.memory.load_state_dict(state_dict)

@@ -17,13 +17,13 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from callbacks import FedAvg, FedProx
+from callbacks import IGFL, FedAvg, FedProx, IGFLClient, Scaffold
 from datamodules import SyntheticDataModule
 from lightning_fl.engines.base import num_local_steps
 from lightning_fl.loop import FederatedLoop
 from lightning_fl.models import MLP, LogisticRegression
 
-CLIENT_SIDE_CALLBACKS = [FedAvg(), FedProx(mu=0.1)]
+CLIENT_SIDE_CALLBACKS = [FedAvg(), FedProx(mu=0.1), Scaffold(), IGFLClient(), IGFL(attention="time")]
 
 ROUNDS = 3
 

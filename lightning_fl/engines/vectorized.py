@@ -69,7 +69,7 @@ class VectorizedEngine(ClientEngine):
     @override
     def setup(self, model: ClientModule, data: FederatedData, store: ClientStateStore) -> None:
         super().setup(model, data, store)
-        self.fallback = None
+        self.fallback, self.name = None, type(self).name
         analysis = analyse_model(model, self.plan.precision)
         problem = optimizer_problem(self.plan.optimizer_factory) or (None if analysis.kinds else analysis.reason)
         failures = []
@@ -86,6 +86,7 @@ class VectorizedEngine(ClientEngine):
             if self.strict:
                 raise ConfigError(f"engine: vectorized cannot train this run ({problem}); use engine: sequential")
             rank_zero_info(f"Client engine: sequential (vectorized set-up check: {problem})")
+            self.name = SequentialEngine.name  # what actually trains, for logs and checks
             self.fallback = SequentialEngine(self.plan)
             self.fallback.setup(model, data, store)
             return

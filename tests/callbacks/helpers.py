@@ -15,7 +15,11 @@ from torch import Tensor
 from callbacks.base import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.flat_state import FlatStateLayout
+from datamodules.federated_data import FederatedData, offsets_from_sizes
+from lightning_fl.cli import FederatedCLI
 from tests.conftest import run_cli
+
+REPO = Path(__file__).resolve().parents[2]
 
 CHECKPOINT = {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
               "init_args": {"save_last": True, "save_top_k": 0}}
@@ -51,6 +55,48 @@ def fake_loop(layout: FlatStateLayout | None = None, *, lr: float = 0.1, momentu
     return SimpleNamespace(client_lr=lr, client_momentum=momentum, layout=layout, model=model,
                            data=SimpleNamespace(num_clients=num_clients), log_round=log_round, logged=logged,
                            tensorboard=lambda: [], optimizer_factory=optimizer, keep_client_optimizer_state=False)
+
+
+class RecordingLoop:
+    """A fake loop for ``aggregate`` that records ``log_round`` calls and what a SummaryWriter would receive.
+
+    ``label_hist``, if given, is what ``loop.data.label_histograms(split)`` returns.
+    """
+
+    def __init__(self, layout: FlatStateLayout | None = None, *, client_lr: float = 0.1,
+                 label_hist: Tensor | None = None) -> None:
+        self.layout = layout
+        self.client_lr = client_lr
+        if label_hist is not None:
+            self.data = SimpleNamespace(label_histograms=lambda split: label_hist)
+        self.scalars: list[tuple[dict[str, float], int | None]] = []
+        self.histograms: list[tuple[str, Tensor, int]] = []
+        self.figures: list[tuple[str, int]] = []
+        writer = SimpleNamespace(
+            add_histogram=lambda tag, values, step: self.histograms.append((tag, values, step)),
+            add_figure=lambda tag, fig, step: self.figures.append((tag, step)),
+        )
+        self.tensorboard = lambda: [writer]
+
+    def log_round(self, metrics: dict[str, float], step: int | None = None, **kwargs: Any) -> None:
+        self.scalars.append((dict(metrics), step))
+
+
+def namespace_update(ids: Sequence[int], weights: Sequence[Sequence[float]], samples: Sequence[int] | None = None,
+                     **fields: Any) -> SimpleNamespace:
+    """The parts of a ``CohortUpdate`` a weighting callback reads (float64 weights), plus ``fields``."""
+    k = len(ids)
+    return SimpleNamespace(**fields, client_ids=torch.tensor(ids), weights=torch.tensor(weights, dtype=torch.float64),
+                           num_samples=torch.tensor(samples if samples is not None else [10] * k), cohort_size=k)
+
+
+def small_federated_data(sizes: Sequence[int], seed: int, features: int = 4, classes: int = 3) -> FederatedData:
+    """Random clients of ``sizes`` samples (and three 1-sample test clients) from generator ``seed``."""
+    gen = torch.Generator().manual_seed(seed)
+    n = sum(sizes)
+    x = torch.randn(n, features, generator=gen)
+    y = torch.randint(0, classes, (n,), generator=gen)
+    return FederatedData(x, y, offsets_from_sizes(list(sizes)), x[:3], y[:3], offsets_from_sizes([1, 1, 1]), classes)
 
 
 def make_update(round_idx: int, client_ids: Sequence[int], weights: Sequence[Sequence[float]],
@@ -118,15 +164,57 @@ def version_dir(tmp_path: Path, version: int = 0) -> Path:
 
 
 def events(tmp_path: Path, version: int = 0) -> EventAccumulator:
-    acc = EventAccumulator(str(version_dir(tmp_path, version)), size_guidance={"scalars": 0, "histograms": 0})
+    acc = EventAccumulator(str(version_dir(tmp_path, version)),
+                           size_guidance={"scalars": 0, "histograms": 0, "images": 0})
     acc.Reload()
     return acc
 
 
+def with_checkpoint(callback: dict[str, Any]) -> list[dict[str, Any]]:
+    """``trainer.callbacks``: ``callback`` and a ModelCheckpoint that saves ``last.ckpt``."""
+    return [callback, CHECKPOINT]
+
+
+def load_last(tmp_path: Path, version: int = 0) -> dict[str, Any]:
+    """The ``last.ckpt`` of run ``version``."""
+    return torch.load(version_dir(tmp_path, version) / "checkpoints" / "last.ckpt", weights_only=False)
+
+
 def run_with(tiny: Callable[..., Path], callback: dict[str, Any], **overrides: Any) -> int:
     """Run the tiny 4-round config with ``callback`` as the aggregation callback."""
-    config = tiny(**{"trainer.callbacks": [callback, CHECKPOINT], **overrides})
+    config = tiny(**{"trainer.callbacks": with_checkpoint(callback), **overrides})
     return run_cli("fit", "--config", str(config))
+
+
+def run_4_and_2_plus_2(tiny: Callable[..., Path], tmp_path: Path, **overrides: Any
+                       ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """4 rounds in one go (version 0) vs 2 rounds (version 1) resumed from ``last.ckpt`` to 4 (version 2).
+
+    Asserts identical final model weights; returns the two final checkpoints.
+    """
+    full = tiny(**overrides)
+    assert run_cli("fit", "--config", str(full)) == 0
+    assert run_cli("fit", "--config", str(tiny(**{**overrides, "trainer.max_epochs": 2}))) == 0
+    half = version_dir(tmp_path, 1) / "checkpoints" / "last.ckpt"
+    assert run_cli("fit", "--config", str(full), "--ckpt_path", str(half)) == 0
+    a, b = load_last(tmp_path, 0), load_last(tmp_path, 2)
+    for name, value in a["state_dict"].items():
+        assert torch.equal(value, b["state_dict"][name]), name
+    return a, b
+
+
+def assert_cli_exits_2(tiny: Callable[..., Path], capsys: Any, callback: dict[str, Any], message: str) -> None:
+    """A run with the bad ``callback`` exits with status 2 and ``error: message`` as the last stderr line."""
+    config = tiny(**{"trainer.callbacks": [callback]})
+    assert run_cli("fit", "--config", str(config)) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: {message}"
+
+
+def shipped_config(stem: str) -> tuple[FederatedCLI, AggregationCallback]:
+    """The CLI built (not run) from ``configs/<stem>.yaml`` and its one aggregation callback."""
+    cli = FederatedCLI(args=["--config", str(REPO / "configs" / f"{stem}.yaml")], run=False)
+    [aggregator] = [c for c in cli.trainer.callbacks if isinstance(c, AggregationCallback)]
+    return cli, aggregator
 
 
 def assert_server_scalar_logged(tmp_path: Path, tag: str, rounds: int = 4) -> list[float]:
@@ -141,15 +229,7 @@ def assert_server_scalar_logged(tmp_path: Path, tag: str, rounds: int = 4) -> li
 def assert_cli_resume_exact(tiny: Callable[..., Path], tmp_path: Path, callback: dict[str, Any],
                             **overrides: Any) -> None:
     """4 rounds in one go vs 2 + 2 rounds from ``last.ckpt``: identical final weights and callback state."""
-    assert run_with(tiny, callback, **overrides) == 0
-    assert run_with(tiny, callback, **{**overrides, "trainer.max_epochs": 2}) == 0
-    half = version_dir(tmp_path, 1) / "checkpoints" / "last.ckpt"
-    full = tiny(**{"trainer.callbacks": [callback, CHECKPOINT], **overrides})
-    assert run_cli("fit", "--config", str(full), "--ckpt_path", str(half)) == 0
-    a = torch.load(version_dir(tmp_path, 0) / "checkpoints" / "last.ckpt", weights_only=False)
-    b = torch.load(version_dir(tmp_path, 2) / "checkpoints" / "last.ckpt", weights_only=False)
-    for name, value in a["state_dict"].items():
-        assert torch.equal(value, b["state_dict"][name]), name
+    a, b = run_4_and_2_plus_2(tiny, tmp_path, **{"trainer.callbacks": with_checkpoint(callback), **overrides})
     name = callback["class_path"].rsplit(".", 1)[-1]
     _assert_same_state(a["callbacks"][name], b["callbacks"][name])
 

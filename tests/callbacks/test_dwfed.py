@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import types
-from pathlib import Path
-
 import pytest
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from callbacks.base import AggregationCallback
 from callbacks.dwfed import DWFed
-from lightning_fl.cli import FederatedCLI
 from lightning_fl.validation import ConfigError
+from tests.callbacks.helpers import RecordingLoop, assert_cli_exits_2, events, namespace_update, shipped_config
 from tests.conftest import run_cli
 
 F64 = torch.float64
@@ -26,27 +21,11 @@ HIST = torch.tensor([[3, 1], [0, 4], [2, 2]])
 EMD = {0: 2 / 3, 1: 5 / 6, 2: 1 / 6}
 
 
-class Recorder:
-    def __init__(self, client_lr: float = 0.1, hist: torch.Tensor = HIST) -> None:
-        self.client_lr = client_lr
-        self.data = types.SimpleNamespace(label_histograms=lambda split: hist)
-        self.histograms: list[tuple[str, torch.Tensor, int]] = []
-        self.figures: list[tuple[str, int]] = []
-        writer = types.SimpleNamespace(
-            add_histogram=lambda tag, values, step: self.histograms.append((tag, values, step)),
-            add_figure=lambda tag, fig, step: self.figures.append((tag, step)),
-        )
-        self.tensorboard = lambda: [writer]
-
-    def log_round(self, metrics, step=None, **kwargs) -> None:
-        pass
+def _loop(client_lr: float = 0.1, hist: torch.Tensor = HIST) -> RecordingLoop:
+    return RecordingLoop(client_lr=client_lr, label_hist=hist)
 
 
-def update(ids, weights, samples=None):
-    k = len(ids)
-    return types.SimpleNamespace(client_ids=torch.tensor(ids), weights=torch.tensor(weights, dtype=F64),
-                                 num_samples=torch.tensor(samples if samples is not None else [10] * k),
-                                 cohort_size=k)
+update = namespace_update
 
 
 def ish(d, k, eta=1.0):
@@ -61,7 +40,7 @@ def test_weights_by_hand_and_logged():
     ish0, ish2 = 0.4, 11 / 14
     assert ish(EMD[0], 2) == pytest.approx(ish0) and ish(EMD[2], 2) == pytest.approx(ish2)
     alpha = [ish0 / (ish0 + ish2), ish2 / (ish0 + ish2)]  # [0.33735, 0.66265]
-    loop = Recorder()
+    loop = _loop()
     got = DWFed().aggregate(None, loop, 4, torch.zeros(2, dtype=F64), update([0, 2], [Y[0], Y[2]]))
     expected = [alpha[0] * Y[0][i] + alpha[1] * Y[2][i] for i in range(2)]
     torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-12)
@@ -81,7 +60,7 @@ def test_population_covers_all_clients_not_only_the_cohort():
     d2 = abs(1 / 2 - p[0]) + abs(1 / 2 - p[1])  # 1/8
     a = [ish(d0, 2), ish(d2, 2)]
     alpha = [a[0] / sum(a), a[1] / sum(a)]
-    got = DWFed().aggregate(None, Recorder(hist=hist), 0, torch.zeros(2, dtype=F64), update([0, 2], [Y[0], Y[2]]))
+    got = DWFed().aggregate(None, _loop(hist=hist), 0, torch.zeros(2, dtype=F64), update([0, 2], [Y[0], Y[2]]))
     torch.testing.assert_close(got, torch.tensor([alpha[0] + 2 * alpha[1], 2 * alpha[1]], dtype=F64))
 
 
@@ -90,7 +69,7 @@ def test_eta_client_lr_and_weight_by_samples():
     raw = [ish(EMD[k], 3, eta=0.5) * n for k, n in zip(range(3), (10, 20, 30))]
     alpha = [r / sum(raw) for r in raw]
     cb = DWFed(eta_ish="client_lr", weight_by_samples=True)
-    got = cb.aggregate(None, Recorder(client_lr=0.5), 0, torch.zeros(2, dtype=F64),
+    got = cb.aggregate(None, _loop(client_lr=0.5), 0, torch.zeros(2, dtype=F64),
                        update([0, 1, 2], Y, samples=[10, 20, 30]))
     expected = [sum(alpha[k] * Y[k][i] for k in range(3)) for i in range(2)]
     torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-12)
@@ -99,18 +78,18 @@ def test_eta_client_lr_and_weight_by_samples():
 def test_clamped_and_degenerate_weights():
     # eta = 3, cohort {1, 2}, K = 2: ISH_1 = (1 - 3 (5/6) / 2) / (11/6) < 0 -> clamped to 0;
     # ISH_2 = (1 - 3 (1/6) / 2) / (7/6) > 0: all weight on client 2.
-    got = DWFed(eta_ish=3.0).aggregate(None, Recorder(), 0, torch.zeros(2, dtype=F64), update([1, 2], [Y[1], Y[2]]))
+    got = DWFed(eta_ish=3.0).aggregate(None, _loop(), 0, torch.zeros(2, dtype=F64), update([1, 2], [Y[1], Y[2]]))
     torch.testing.assert_close(got, torch.tensor(Y[2], dtype=F64))
     # eta = 5, cohort {0, 1}: 1 - 5 (2/3) / 2 < 0 and 1 - 5 (5/6) / 2 < 0: every ISH clamped to 0 ->
     # uniform weights and a warning (SPEC section 1).
     with pytest.warns(UserWarning, match="summed to 0"):
-        got = DWFed(eta_ish=5.0).aggregate(None, Recorder(), 0, torch.zeros(2, dtype=F64),
+        got = DWFed(eta_ish=5.0).aggregate(None, _loop(), 0, torch.zeros(2, dtype=F64),
                                            update([0, 1], [Y[0], Y[1]]))
     torch.testing.assert_close(got, torch.tensor([0.5, 0.5], dtype=F64))
 
 
 def test_one_client_cohort_gets_weight_one(recwarn):
-    got = DWFed(eta_ish=10.0).aggregate(None, Recorder(), 0, torch.zeros(2, dtype=F64), update([1], [Y[1]]))
+    got = DWFed(eta_ish=10.0).aggregate(None, _loop(), 0, torch.zeros(2, dtype=F64), update([1], [Y[1]]))
     torch.testing.assert_close(got, torch.tensor(Y[1], dtype=F64))
     assert not [w for w in recwarn if "summed to 0" in str(w.message)]
 
@@ -118,7 +97,7 @@ def test_one_client_cohort_gets_weight_one(recwarn):
 def test_stateless_and_figure_cadence():
     cb = DWFed(figure_every_n_rounds=0)
     assert cb.state_dict() == {}
-    loop = Recorder()
+    loop = _loop()
     cb.aggregate(None, loop, 0, torch.zeros(2, dtype=F64), update([0, 2], [Y[0], Y[2]]))
     assert loop.figures == [] and len(loop.histograms) == 2
 
@@ -139,12 +118,10 @@ def test_cli_run_logs_weights_and_emd(tiny, tmp_path):
     callbacks = [{"class_path": "callbacks.dwfed.DWFed", "init_args": {"figure_every_n_rounds": 2}}]
     config = tiny(**{"trainer.callbacks": callbacks, "trainer.max_epochs": 3, "trainer.check_val_every_n_epoch": 3})
     assert run_cli("fit", "--config", str(config)) == 0
-    events = EventAccumulator(str(tmp_path / "logs" / "run" / "version_0"),
-                              size_guidance={"histograms": 0, "images": 0})
-    events.Reload()
-    assert [e.step for e in events.Histograms("server/weights")] == [1, 2, 3]
-    assert [e.step for e in events.Histograms("server/emd")] == [1, 2, 3]
-    assert [e.step for e in events.Images("server/weights")] == [1, 3]
+    logged = events(tmp_path)
+    assert [e.step for e in logged.Histograms("server/weights")] == [1, 2, 3]
+    assert [e.step for e in logged.Histograms("server/emd")] == [1, 2, 3]
+    assert [e.step for e in logged.Images("server/weights")] == [1, 3]
 
 
 @pytest.mark.parametrize(("eta_ish", "message"), [
@@ -152,13 +129,9 @@ def test_cli_run_logs_weights_and_emd(tiny, tmp_path):
     ("learning_rate", "eta_ish must be a number >= 0 or 'client_lr'; got 'learning_rate'"),
 ])
 def test_cli_bad_hyperparameters_exit_2_with_one_line(tiny, capsys, eta_ish, message):
-    config = tiny(**{"trainer.callbacks": [{"class_path": "callbacks.dwfed.DWFed", "init_args": {"eta_ish": eta_ish}}]})
-    assert run_cli("fit", "--config", str(config)) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: {message}"
+    assert_cli_exits_2(tiny, capsys, {"class_path": "callbacks.dwfed.DWFed", "init_args": {"eta_ish": eta_ish}}, message)
 
 
 def test_shipped_config_instantiates():
-    config = Path(__file__).resolve().parents[2] / "configs" / "dwfed_synthetic.yaml"
-    cli = FederatedCLI(args=["--config", str(config)], run=False)
-    [aggregator] = [c for c in cli.trainer.callbacks if isinstance(c, AggregationCallback)]
+    _, aggregator = shipped_config("dwfed_synthetic")
     assert type(aggregator) is DWFed and aggregator.eta_ish == 1.0 and aggregator.weight_by_samples is False

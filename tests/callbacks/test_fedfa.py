@@ -3,40 +3,24 @@
 from __future__ import annotations
 
 import math
-import types
-from pathlib import Path
 
 import pytest
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from callbacks.base import AggregationCallback
 from callbacks.fedfa import FedFa
 from callbacks.fedfa_mo import FedFaMo
-from lightning_fl.cli import FederatedCLI
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.validation import ConfigError
-from tests.conftest import run_cli
+from tests.callbacks.helpers import (
+    RecordingLoop,
+    assert_cli_exits_2,
+    events,
+    run_4_and_2_plus_2,
+    shipped_config,
+    with_checkpoint,
+)
 
 F64 = torch.float64
-
-
-class Recorder:
-    """A fake loop: records ``log_round`` calls and what a SummaryWriter would receive."""
-
-    def __init__(self, client_lr: float = 0.1) -> None:
-        self.client_lr = client_lr
-        self.scalars: list[tuple[dict[str, float], int]] = []
-        self.histograms: list[tuple[str, torch.Tensor, int]] = []
-        self.figures: list[tuple[str, int]] = []
-        writer = types.SimpleNamespace(
-            add_histogram=lambda tag, values, step: self.histograms.append((tag, values, step)),
-            add_figure=lambda tag, fig, step: self.figures.append((tag, step)),
-        )
-        self.tensorboard = lambda: [writer]
-
-    def log_round(self, metrics, step=None, **kwargs) -> None:
-        self.scalars.append((dict(metrics), step))
 
 
 def update(round_idx, ids, weights, acc, participation, samples=None) -> CohortUpdate:
@@ -88,7 +72,7 @@ def test_hand_numbers_of_the_example():
 def test_two_rounds_by_hand(form, period):
     gamma, eta = 0.5, 0.8
     cb = FedFa(alpha=0.5, beta=0.5, server_momentum=gamma, server_lr=eta, period=period, momentum_form=form)
-    loop = Recorder()
+    loop = RecordingLoop()
 
     def momentum_update(m, g):
         return [gamma * mi + (gi if form == "heavy_ball" else (1 - gamma) * gi) for mi, gi in zip(m, g)]
@@ -108,14 +92,14 @@ def test_two_rounds_by_hand(form, period):
 
 def test_no_momentum_is_exactly_weighted_average():
     cb = FedFa(alpha=0.3, beta=0.7, server_momentum=0.0)
-    got = cb.aggregate(None, Recorder(), 0, torch.tensor(W0, dtype=F64), update(0, **R0))
+    got = cb.aggregate(None, RecordingLoop(), 0, torch.tensor(W0, dtype=F64), update(0, **R0))
     expected = axpy(fedfa_weights_by_hand(R0["acc"], R0["participation"], 0.3, 0.7), R0["weights"])
     torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-14, atol=1e-14)
 
 
 def test_logs_weights_histogram_and_figure_with_round_numbers():
     cb = FedFa(figure_every_n_rounds=2)
-    loop = Recorder()
+    loop = RecordingLoop()
     for t in range(3):
         cb.aggregate(None, loop, t, torch.tensor(W0, dtype=F64), update(t, **R0))
     assert [(tag, step) for tag, _, step in loop.histograms] == [("server/weights", 1), ("server/weights", 2),
@@ -130,7 +114,7 @@ def test_one_client_cohort_gets_weight_one_without_warning(recwarn):
     # Iacc = -log2(1) = 0 and If = -log2(1 - 1 + c): a sum of one weight; weight 1 is the only answer.
     cb = FedFa(server_momentum=0.5)
     w0 = torch.tensor(W0, dtype=F64)
-    got = cb.aggregate(None, Recorder(), 0, w0, update(0, [4], [[3.0, 5.0]], [0.7], [2]))
+    got = cb.aggregate(None, RecordingLoop(), 0, w0, update(0, [4], [[3.0, 5.0]], [0.7], [2]))
     # First round: m = g = w0 - y, so w^1 = w0 - m = y.
     torch.testing.assert_close(got, torch.tensor([3.0, 5.0], dtype=F64))
     assert not [w for w in recwarn if "summed to 0" in str(w.message)]
@@ -140,16 +124,16 @@ def test_zero_accuracies_fall_back_to_uniform_accuracy_information():
     # alpha = 1: only the accuracy term. All accuracies 0 -> a = uniform (SPEC 1 fallback) -> Iacc uniform.
     cb = FedFa(alpha=1.0, beta=0.0, server_momentum=0.0)
     with pytest.warns(UserWarning, match="summed to 0"):
-        got = cb.aggregate(None, Recorder(), 0, torch.tensor(W0, dtype=F64), update(0, **{**R0, "acc": [0.0, 0.0]}))
+        got = cb.aggregate(None, RecordingLoop(), 0, torch.tensor(W0, dtype=F64), update(0, **{**R0, "acc": [0.0, 0.0]}))
     torch.testing.assert_close(got, torch.tensor([1.0, 1.0], dtype=F64))  # (y_0 + y_1) / 2
     # One accuracy 0: a = [0, 1] -> Iacc = [-log2(1e-10), 0] -> all the weight on the zero-accuracy client.
-    got = cb.aggregate(None, Recorder(), 1, torch.tensor(W0, dtype=F64), update(1, **{**R0, "acc": [0.0, 0.4]}))
+    got = cb.aggregate(None, RecordingLoop(), 1, torch.tensor(W0, dtype=F64), update(1, **{**R0, "acc": [0.0, 0.4]}))
     torch.testing.assert_close(got, torch.tensor([2.0, 0.0], dtype=F64))
 
 
 def test_frequency_term_favours_frequent_participants():
     cb = FedFa(alpha=0.0, beta=1.0, server_momentum=0.0)
-    loop = Recorder()
+    loop = RecordingLoop()
     cb.aggregate(None, loop, 0, torch.tensor(W0, dtype=F64), update(0, **{**R0, "participation": [1, 5]}))
     weights = loop.histograms[-1][1]
     assert weights[1] > weights[0]
@@ -157,17 +141,17 @@ def test_frequency_term_favours_frequent_participants():
 
 def test_state_dict_round_trip_continues_identically():
     cb = FedFa(server_momentum=0.9, period=2)
-    w1 = cb.aggregate(None, Recorder(), 0, torch.tensor(W0, dtype=F64), update(0, **R0))
+    w1 = cb.aggregate(None, RecordingLoop(), 0, torch.tensor(W0, dtype=F64), update(0, **R0))
     state = cb.state_dict()
     resumed = FedFa(server_momentum=0.9, period=2)
     resumed.load_state_dict(state)
     cb.momentum.add_(1.0)  # the saved state is a copy
     cb.load_state_dict(state)
-    a = cb.aggregate(None, Recorder(), 1, w1, update(1, **R1))
-    b = resumed.aggregate(None, Recorder(), 1, w1, update(1, **R1))
+    a = cb.aggregate(None, RecordingLoop(), 1, w1, update(1, **R1))
+    b = resumed.aggregate(None, RecordingLoop(), 1, w1, update(1, **R1))
     assert torch.equal(a, b) and torch.equal(cb.momentum, resumed.momentum)
     # A fresh callback (momentum zero) would have taken a different step.
-    fresh = FedFa(server_momentum=0.9, period=2).aggregate(None, Recorder(), 1, w1, update(1, **R1))
+    fresh = FedFa(server_momentum=0.9, period=2).aggregate(None, RecordingLoop(), 1, w1, update(1, **R1))
     assert not torch.allclose(a, fresh)
 
 
@@ -179,7 +163,7 @@ def test_fedfa_mo_uses_sample_weights_with_double_momentum():
         agg = axpy(norm(n), r["weights"])
         m = [0.5 * mi + wi - ai for mi, wi, ai in zip(m, w, agg)]
         expected = [wi - mi for wi, mi in zip(w, m)]
-        got = cb.aggregate(None, Recorder(), t, torch.tensor(w, dtype=F64), update(t, **r, samples=n))
+        got = cb.aggregate(None, RecordingLoop(), t, torch.tensor(w, dtype=F64), update(t, **r, samples=n))
         torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-12)
         w = expected
     assert not hasattr(cb, "alpha")
@@ -207,38 +191,24 @@ def test_fedfa_mo_rejects_unknown_weighting():
 
 
 # ---------------------------------------------------------------------------------------- CLI
-def _callbacks(entry):
-    return [entry, {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
-                    "init_args": {"save_last": True, "save_top_k": 0}}]
-
-
 MOMENTUM_SGD = {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.05, "momentum": 0.5}}
 
 
 def test_cli_resume_2_plus_2_equals_4_and_logs_tensorboard(tiny, tmp_path):
     class_path = "callbacks.fedfa.FedFa"
     entry = {"class_path": class_path, "init_args": {"server_momentum": 0.7, "figure_every_n_rounds": 2}}
-    extra = {"trainer.callbacks": _callbacks(entry), "model.optimizer": MOMENTUM_SGD,
+    extra = {"trainer.callbacks": with_checkpoint(entry), "model.optimizer": MOMENTUM_SGD,
              "trainer.check_val_every_n_epoch": 4}
-    full = tiny(**extra)
-    assert run_cli("fit", "--config", str(full)) == 0
-    assert run_cli("fit", "--config", str(tiny(**{**extra, "trainer.max_epochs": 2}))) == 0
-    runs = tmp_path / "logs" / "run"
-    assert run_cli("fit", "--config", str(full), "--ckpt_path", str(runs / "version_1/checkpoints/last.ckpt")) == 0
-    a = torch.load(runs / "version_0/checkpoints/last.ckpt", weights_only=False)
-    b = torch.load(runs / "version_2/checkpoints/last.ckpt", weights_only=False)
-    for name in a["state_dict"]:
-        assert torch.equal(a["state_dict"][name], b["state_dict"][name]), name
+    a, b = run_4_and_2_plus_2(tiny, tmp_path, **extra)  # asserts identical final weights
     key = class_path.rsplit(".", 1)[1]
     assert torch.equal(a["callbacks"][key]["momentum"], b["callbacks"][key]["momentum"])
     assert torch.equal(a["federated"]["clients"]["participation"], b["federated"]["clients"]["participation"])
 
-    events = EventAccumulator(str(runs / "version_0"), size_guidance={"scalars": 0, "histograms": 0, "images": 0})
-    events.Reload()
-    assert [e.step for e in events.Scalars("server/momentum_norm")] == [1, 2, 3, 4]
-    assert all(e.value > 0 for e in events.Scalars("server/momentum_norm"))
-    assert [e.step for e in events.Histograms("server/weights")] == [1, 2, 3, 4]
-    assert [e.step for e in events.Images("server/weights")] == [1, 3]
+    logged = events(tmp_path)
+    assert [e.step for e in logged.Scalars("server/momentum_norm")] == [1, 2, 3, 4]
+    assert all(e.value > 0 for e in logged.Scalars("server/momentum_norm"))
+    assert [e.step for e in logged.Histograms("server/weights")] == [1, 2, 3, 4]
+    assert [e.step for e in logged.Images("server/weights")] == [1, 3]
 
 
 @pytest.mark.parametrize(("init_args", "message"), [
@@ -248,9 +218,7 @@ def test_cli_resume_2_plus_2_equals_4_and_logs_tensorboard(tiny, tmp_path):
     ({"momentum_form": "adam"}, "momentum_form must be one of heavy_ball, ema; got 'adam'"),
 ])
 def test_cli_bad_hyperparameters_exit_2_with_one_line(tiny, capsys, init_args, message):
-    config = tiny(**{"trainer.callbacks": [{"class_path": "callbacks.fedfa.FedFa", "init_args": init_args}]})
-    assert run_cli("fit", "--config", str(config)) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: {message}"
+    assert_cli_exits_2(tiny, capsys, {"class_path": "callbacks.fedfa.FedFa", "init_args": init_args}, message)
 
 
 
@@ -260,8 +228,6 @@ def test_cli_bad_hyperparameters_exit_2_with_one_line(tiny, capsys, init_args, m
     ("fedfa_mo", FedFaMo(server_momentum=0.5)),
 ])
 def test_shipped_config_instantiates(name, expected):
-    config = Path(__file__).resolve().parents[2] / "configs" / f"{name}_synthetic.yaml"
-    cli = FederatedCLI(args=["--config", str(config)], run=False)
-    [aggregator] = [c for c in cli.trainer.callbacks if isinstance(c, AggregationCallback)]
+    cli, aggregator = shipped_config(f"{name}_synthetic")
     assert type(aggregator) is type(expected) and vars(aggregator) == vars(expected)
     assert cli.model.client_momentum == 0.5  # FedFa's client momentum comes from the optimizer config

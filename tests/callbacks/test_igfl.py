@@ -4,55 +4,40 @@ from __future__ import annotations
 
 import math
 import types
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from callbacks.base import AggregationCallback
 from callbacks.fedavg import FedAvg
 from callbacks.igfl import IGFL
 from callbacks.igfl_client import IGFLClient
 from callbacks.igfl_server import IGFLServer
-from datamodules.federated_data import FederatedData, offsets_from_sizes
-from lightning_fl.cli import FederatedCLI
+from datamodules.federated_data import FederatedData
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines import ENGINES, ClientHookSet, LocalTrainingContext, LocalTrainingPlan, SequentialEngine
 from lightning_fl.engines.base import epoch_permutation
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.models import LogisticRegression
 from lightning_fl.validation import ConfigError
+from tests.callbacks.helpers import (
+    RecordingLoop,
+    assert_cli_exits_2,
+    events,
+    load_last,
+    namespace_update,
+    run_4_and_2_plus_2,
+    shipped_config,
+    small_federated_data,
+    with_checkpoint,
+)
 from tests.conftest import run_cli
 
 F64 = torch.float64
 
 
-class Recorder:
-    """A fake loop for ``aggregate``: records what a SummaryWriter would receive."""
-
-    def __init__(self, layout: FlatStateLayout | None = None) -> None:
-        self.layout = layout
-        self.client_lr = 0.1
-        self.histograms: list[tuple[str, torch.Tensor, int]] = []
-        self.figures: list[tuple[str, int]] = []
-        writer = types.SimpleNamespace(
-            add_histogram=lambda tag, values, step: self.histograms.append((tag, values, step)),
-            add_figure=lambda tag, fig, step: self.figures.append((tag, step)),
-        )
-        self.tensorboard = lambda: [writer]
-
-    def log_round(self, metrics, step=None, **kwargs) -> None:
-        pass
-
-
 def update(round_idx, ids, weights, samples=None):
-    k = len(ids)
-    return types.SimpleNamespace(
-        round_idx=round_idx, client_ids=torch.tensor(ids), weights=torch.tensor(weights, dtype=F64),
-        num_samples=torch.tensor(samples if samples is not None else [10] * k), cohort_size=k,
-    )
+    return namespace_update(ids, weights, samples, round_idx=round_idx)
 
 
 def softmax(xs):
@@ -85,7 +70,7 @@ def test_self_attention_by_hand():
     a0, a1 = softmax([1.0, 0.0]), softmax([0.0, 4.0])
     col = [(a0[j] + a1[j]) / 2 for j in range(2)]
     expected = add(W0, *[[col[j] * x for x in D0[j]] for j in range(2)])
-    loop = Recorder()
+    loop = RecordingLoop()
     cb = IGFLServer(attention="self")
     got = cb.aggregate(None, loop, 0, torch.tensor(W0, dtype=F64), update(0, [3, 5], Y0))
     torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-12)
@@ -109,13 +94,13 @@ def test_global_attention_by_hand(similarity, temperature):
     alpha = softmax([x / temperature for x in s])
     expected = add(W0, *[[alpha[j] * x for x in D0[j]] for j in range(2)])
     cb = IGFLServer(attention="global", similarity=similarity, temperature=temperature)
-    got = cb.aggregate(None, Recorder(), 0, torch.tensor(W0, dtype=F64), update(0, [3, 5], Y0))
+    got = cb.aggregate(None, RecordingLoop(), 0, torch.tensor(W0, dtype=F64), update(0, [3, 5], Y0))
     torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-12)
 
 
 def test_time_attention_over_two_rounds_with_a_first_timer():
     cb = IGFLServer(attention="time")
-    loop = Recorder()
+    loop = RecordingLoop()
     # Round 0: nobody has a previous delta: scores [0, 0] -> alpha uniform -> w^1 = w^0 + mean(D).
     w1 = cb.aggregate(None, loop, 0, torch.tensor(W0, dtype=F64), update(0, [3, 5], Y0))
     expected1 = add(W0, [0.5, 1.0])
@@ -140,15 +125,15 @@ def test_time_attention_over_two_rounds_with_a_first_timer():
 def test_degenerate_cohorts(attention):
     w0 = torch.tensor(W0, dtype=F64)
     # All-equal deltas: every score is equal, attention uniform, w^1 = w^0 + D.
-    same = IGFLServer(attention=attention).aggregate(None, Recorder(), 0, w0, update(0, [0, 1, 2], [Y0[0]] * 3))
+    same = IGFLServer(attention=attention).aggregate(None, RecordingLoop(), 0, w0, update(0, [0, 1, 2], [Y0[0]] * 3))
     torch.testing.assert_close(same, torch.tensor(Y0[0], dtype=F64))
     # One client: attention [[1]] / [1]: w^1 = y.
     cb = IGFLServer(attention=attention)
-    one = cb.aggregate(None, Recorder(), 0, w0, update(0, [4], [Y0[1]]))
+    one = cb.aggregate(None, RecordingLoop(), 0, w0, update(0, [4], [Y0[1]]))
     torch.testing.assert_close(one, torch.tensor(Y0[1], dtype=F64))
     assert cb.last_attention.reshape(-1).tolist() == [1.0]
     # Huge deltas: a sharp but finite attention.
-    big = IGFLServer(attention=attention).aggregate(None, Recorder(), 0, w0,
+    big = IGFLServer(attention=attention).aggregate(None, RecordingLoop(), 0, w0,
                                                    update(0, [0, 1], [[1e4, 0.0], [0.0, 2e4]]))
     assert torch.isfinite(big).all()
 
@@ -156,7 +141,7 @@ def test_degenerate_cohorts(attention):
 def test_server_alone_keeps_client_deltas_only_in_time_mode():
     for attention, kept in (("self", False), ("global", False), ("time", True)):
         cb = IGFLServer(attention=attention)
-        w1 = cb.aggregate(None, Recorder(), 0, torch.tensor(W0, dtype=F64), update(0, [3, 5], Y0))
+        w1 = cb.aggregate(None, RecordingLoop(), 0, torch.tensor(W0, dtype=F64), update(0, [3, 5], Y0))
         assert bool(cb.memory.prev) is kept
         torch.testing.assert_close(cb.memory.server_delta, w1 - torch.tensor(W0, dtype=F64))
     assert IGFL(attention="self").memory.keep_client_deltas
@@ -164,11 +149,7 @@ def test_server_alone_keeps_client_deltas_only_in_time_mode():
 
 # ------------------------------------------------------------------------ IGFL-C through the engine
 def _data(sizes=(7, 5, 6), features=4, classes=3) -> FederatedData:
-    gen = torch.Generator().manual_seed(1)
-    n = sum(sizes)
-    x = torch.randn(n, features, generator=gen)
-    y = torch.randint(0, classes, (n,), generator=gen)
-    return FederatedData(x, y, offsets_from_sizes(list(sizes)), x[:3], y[:3], offsets_from_sizes([1, 1, 1]), classes)
+    return small_federated_data(sizes, 1, features, classes)
 
 
 def _reference_igfl_client(w, b, x, y, *, lr, batch, seed, round_idx, client, prev, server, cohort):
@@ -280,7 +261,7 @@ def test_sequential_and_vectorized_engines_agree():
 def test_igfl_client_aggregates_like_fedavg_and_records_state():
     cb = IGFLClient()
     w0 = torch.tensor(W0, dtype=F64)
-    w1 = cb.aggregate(None, Recorder(), 0, w0, update(0, [3, 5], Y0, samples=[10, 30]))
+    w1 = cb.aggregate(None, RecordingLoop(), 0, w0, update(0, [3, 5], Y0, samples=[10, 30]))
     expected = add([0.25 * a + 0.75 * b for a, b in zip(*Y0)])
     torch.testing.assert_close(w1, torch.tensor(expected, dtype=F64))
     torch.testing.assert_close(cb.memory.server_delta, w1 - w0)  # dW_ps = w^1 - w^0
@@ -293,7 +274,7 @@ def test_igfl_shares_one_store_between_server_and_clients():
     cb = IGFL(attention="self")
     cb.setup(None, types.SimpleNamespace(layout=layout), "fit")
     w0 = torch.tensor(W0)
-    w1 = cb.aggregate(None, Recorder(), 0, w0, update(0, [3, 5], Y0))
+    w1 = cb.aggregate(None, RecordingLoop(), 0, w0, update(0, [3, 5], Y0))
     ctx = LocalTrainingContext(round_idx=1, client_ids=torch.tensor([5, 9]), cohort_size=2,
                                num_steps=torch.tensor([1, 1]),
                                global_params={"linear.weight": torch.zeros(1, 1), "linear.bias": torch.zeros(1)},
@@ -312,7 +293,7 @@ def test_igfl_shares_one_store_between_server_and_clients():
 def test_state_dict_round_trip_continues_identically(callback_class):
     kwargs = {} if callback_class is IGFLClient else {"attention": "time"}
     cb = callback_class(**kwargs)
-    w1 = cb.aggregate(None, Recorder(), 0, torch.tensor(W0, dtype=F64), update(0, [3, 5], Y0))
+    w1 = cb.aggregate(None, RecordingLoop(), 0, torch.tensor(W0, dtype=F64), update(0, [3, 5], Y0))
     state = cb.state_dict()
     resumed = callback_class(**kwargs)
     resumed.load_state_dict(state)
@@ -321,8 +302,8 @@ def test_state_dict_round_trip_continues_identically(callback_class):
         value.add_(1.0)
     cb.load_state_dict(state)
     y1 = [[3.0, 0.0], [0.0, 4.0], [1.0, 1.0]]
-    a = cb.aggregate(None, Recorder(), 1, w1, update(1, [3, 5, 8], y1))
-    b = resumed.aggregate(None, Recorder(), 1, w1, update(1, [3, 5, 8], y1))
+    a = cb.aggregate(None, RecordingLoop(), 1, w1, update(1, [3, 5, 8], y1))
+    b = resumed.aggregate(None, RecordingLoop(), 1, w1, update(1, [3, 5, 8], y1))
     assert torch.equal(a, b)
     assert torch.equal(cb.memory.server_delta, resumed.memory.server_delta)
     assert sorted(cb.memory.prev) == sorted(resumed.memory.prev)
@@ -348,47 +329,28 @@ def test_igfl_client_rejects_unknown_weighting():
 
 
 # ---------------------------------------------------------------------------------------- CLI
-def _callbacks(entry):
-    return [entry, {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
-                    "init_args": {"save_last": True, "save_top_k": 0}}]
-
-
-def _load(path: Path):
-    return torch.load(path, weights_only=False)
-
-
 def test_cli_resume_2_plus_2_equals_4_and_logs_attention(tiny, tmp_path):
     class_path = "callbacks.igfl.IGFL"
     init_args = {"attention": "time", "similarity": "cosine", "figure_every_n_rounds": 2}
-    extra = {"trainer.callbacks": _callbacks({"class_path": class_path, "init_args": init_args}),
+    extra = {"trainer.callbacks": with_checkpoint({"class_path": class_path, "init_args": init_args}),
              "trainer.check_val_every_n_epoch": 4}
-    full = tiny(**extra)
-    assert run_cli("fit", "--config", str(full)) == 0
-    assert run_cli("fit", "--config", str(tiny(**{**extra, "trainer.max_epochs": 2}))) == 0
-    runs = tmp_path / "logs" / "run"
-    assert run_cli("fit", "--config", str(full), "--ckpt_path", str(runs / "version_1/checkpoints/last.ckpt")) == 0
-    a, b = _load(runs / "version_0/checkpoints/last.ckpt"), _load(runs / "version_2/checkpoints/last.ckpt")
-    for name in a["state_dict"]:
-        assert torch.equal(a["state_dict"][name], b["state_dict"][name]), name
+    a, b = run_4_and_2_plus_2(tiny, tmp_path, **extra)  # asserts identical final weights
     key = class_path.rsplit(".", 1)[1]
     state_a, state_b = a["callbacks"][key], b["callbacks"][key]
     assert torch.equal(state_a["server_delta"], state_b["server_delta"])
     assert torch.equal(state_a["client_ids"], state_b["client_ids"]) and len(state_a["client_ids"]) > 3
     assert torch.equal(state_a["client_deltas"], state_b["client_deltas"])
-    events = EventAccumulator(str(runs / "version_0"), size_guidance={"images": 0, "histograms": 0})
-    events.Reload()
-    assert [e.step for e in events.Images("server/attention")] == [1, 3]
-    assert [e.step for e in events.Histograms("server/weights")] == [1, 2, 3, 4]
+    logged = events(tmp_path)
+    assert [e.step for e in logged.Images("server/attention")] == [1, 3]
+    assert [e.step for e in logged.Histograms("server/weights")] == [1, 2, 3, 4]
 
 
 def test_igfl_client_changes_training_compared_with_fedavg(tiny, tmp_path):
-    ckpt = "checkpoints/last.ckpt"
     for cp in ("callbacks.FedAvg", "callbacks.igfl_client.IGFLClient"):
         # One round: dW_ps = dW_k_prev = 0, so IGFL-C's step is D_I (1 + 1/K), not FedAvg's D_I.
-        config = tiny(**{"trainer.callbacks": _callbacks({"class_path": cp}), "trainer.max_epochs": 1})
+        config = tiny(**{"trainer.callbacks": with_checkpoint({"class_path": cp}), "trainer.max_epochs": 1})
         assert run_cli("fit", "--config", str(config)) == 0
-    runs = tmp_path / "logs" / "run"
-    fedavg, igfl = _load(runs / "version_0" / ckpt)["state_dict"], _load(runs / "version_1" / ckpt)["state_dict"]
+    fedavg, igfl = load_last(tmp_path, 0)["state_dict"], load_last(tmp_path, 1)["state_dict"]
     assert not torch.allclose(fedavg["model.linear.weight"], igfl["model.linear.weight"])
 
 
@@ -397,9 +359,7 @@ def test_igfl_client_changes_training_compared_with_fedavg(tiny, tmp_path):
     ("callbacks.igfl_server.IGFLServer", {"temperature": -1.0}, "temperature must be a finite number > 0; got -1.0"),
 ])
 def test_cli_bad_hyperparameters_exit_2_with_one_line(tiny, capsys, class_path, init_args, message):
-    config = tiny(**{"trainer.callbacks": [{"class_path": class_path, "init_args": init_args}]})
-    assert run_cli("fit", "--config", str(config)) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == f"error: {message}"
+    assert_cli_exits_2(tiny, capsys, {"class_path": class_path, "init_args": init_args}, message)
 
 
 
@@ -410,9 +370,7 @@ def test_cli_bad_hyperparameters_exit_2_with_one_line(tiny, capsys, class_path, 
     ("igfl_s", IGFLServer(attention="time", similarity="dot", temperature=1.0)),
 ])
 def test_shipped_config_instantiates(name, expected):
-    config = Path(__file__).resolve().parents[2] / "configs" / f"{name}_synthetic.yaml"
-    cli = FederatedCLI(args=["--config", str(config)], run=False)
-    [aggregator] = [c for c in cli.trainer.callbacks if isinstance(c, AggregationCallback)]
+    _, aggregator = shipped_config(f"{name}_synthetic")
     assert type(aggregator) is type(expected)
     assert {k: v for k, v in vars(aggregator).items() if k != "memory"} == \
         {k: v for k, v in vars(expected).items() if k != "memory"}

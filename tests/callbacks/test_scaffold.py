@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from callbacks.scaffold import Scaffold
-from datamodules.federated_data import FederatedData, offsets_from_sizes
+from datamodules.federated_data import FederatedData
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines import ClientHookSet, LocalTrainingPlan, SequentialEngine, VectorizedEngine
 from lightning_fl.flat_state import FlatStateLayout
@@ -24,6 +24,7 @@ from tests.callbacks.helpers import (
     fake_loop,
     make_update,
     run_with,
+    small_federated_data,
     vec,
 )
 
@@ -103,11 +104,7 @@ def test_bad_arguments():
 
 # ------------------------------------------------------------------ client side in the real engine
 def _data(sizes=(6, 9, 5), features=4, classes=3) -> FederatedData:
-    gen = torch.Generator().manual_seed(3)
-    n = sum(sizes)
-    x = torch.randn(n, features, generator=gen)
-    y = torch.randint(0, classes, (n,), generator=gen)
-    return FederatedData(x, y, offsets_from_sizes(list(sizes)), x[:3], y[:3], offsets_from_sizes([1, 1, 1]), classes)
+    return small_federated_data(sizes, 3, features, classes)
 
 
 def _full_batch_gradient(model, x, y):
