@@ -138,8 +138,14 @@ def _groups_by_owner(owner: np.ndarray, num_clients: int) -> list[Tensor]:
     return [torch.from_numpy(chunk.copy()) for chunk in np.split(order, np.cumsum(sizes)[:-1])]
 
 
-def _largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
-    """Integers proportional to ``weights`` that sum exactly to ``total`` (Hamilton's method)."""
+def largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
+    """Integers proportional to ``weights`` that sum exactly to ``total`` (Hamilton's method).
+
+    All-zero weights count as equal weights.
+    """
+    weights = np.asarray(weights, dtype=np.float64)
+    if weights.sum() <= 0:
+        weights = np.ones_like(weights)
     raw = weights / weights.sum() * total
     base = np.floor(raw).astype(np.int64)
     short = total - int(base.sum())
@@ -398,7 +404,7 @@ def partition_quantity(
         weights = rng.lognormal(0.0, float(sigma), num_clients)
     else:
         weights = rng.pareto(float(power), num_clients) + 1.0
-    sizes = min_size + _largest_remainder(weights, num_samples - num_clients * min_size)
+    sizes = min_size + largest_remainder(weights, num_samples - num_clients * min_size)
     perm = rng.permutation(num_samples)
     return [torch.from_numpy(np.sort(chunk)) for chunk in np.split(perm, np.cumsum(sizes)[:-1])]
 

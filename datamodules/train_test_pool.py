@@ -26,7 +26,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from datamodules.federated_data import FederatedData, offsets_from_sizes
-from datamodules.partition import make_partition
+from datamodules.partition import largest_remainder, make_partition
 from datamodules.pooled import PooledDataModule
 from lightning_fl.seeding import generator_for
 from lightning_fl.validation import ConfigError, check_choice
@@ -34,19 +34,6 @@ from lightning_fl.validation import ConfigError, check_choice
 __all__ = ["TEST_SETS", "TrainTestPoolDataModule", "deal_by_label", "stratified_subsample"]
 
 TEST_SETS = ("official", "pooled")
-
-
-def _largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
-    """Non-negative integers proportional to ``weights`` summing to ``total`` (ties by position)."""
-    weights = np.asarray(weights, dtype=np.float64)
-    if weights.sum() <= 0:
-        weights = np.ones_like(weights)
-    raw = weights / weights.sum() * total
-    base = np.floor(raw).astype(np.int64)
-    short = total - int(base.sum())
-    if short > 0:
-        base[np.argsort(-(raw - base), kind="stable")[:short]] += 1
-    return base
 
 
 def deal_by_label(train_hist: Tensor, labels: Tensor, generator: torch.Generator) -> list[Tensor]:
@@ -80,7 +67,7 @@ def deal_by_label(train_hist: Tensor, labels: Tensor, generator: torch.Generator
     for c in np.unique(y):
         members = rng.permutation(np.flatnonzero(y == c))
         weights = hist[:, c] if c < hist.shape[1] and hist[:, c].sum() > 0 else sizes
-        counts = _largest_remainder(weights, len(members))
+        counts = largest_remainder(weights, len(members))
         owner[members] = np.repeat(np.arange(num_clients), counts)
     order = np.argsort(owner, kind="stable")
     cuts = np.cumsum(np.bincount(owner, minlength=num_clients))[:-1]
