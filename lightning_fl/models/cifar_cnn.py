@@ -6,6 +6,7 @@ from torch import Tensor, nn
 from typing_extensions import override
 
 from lightning_fl.models.base import ClientModule
+from lightning_fl.models.mlp import dense_stack
 from lightning_fl.validation import ConfigError, check_positive
 
 
@@ -50,13 +51,7 @@ class CifarCNN(ClientModule):
             side = (side + 2 * padding - 4) // 2
         if side < 1:
             raise ConfigError(f"image_size {image_size} is too small for two 5x5 convolutions and poolings")
-        layers: list[nn.Module] = [nn.Flatten()]
-        width_in = 64 * side * side
-        for width in hidden:
-            layers += [nn.Linear(width_in, width), nn.ReLU()]
-            width_in = width
-        layers.append(nn.Linear(width_in, num_classes))
-        self.classifier = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Flatten(), *dense_stack(64 * side * side, hidden, num_classes))
 
     @override
     def forward(self, x: Tensor) -> Tensor:

@@ -9,6 +9,16 @@ from lightning_fl.models.base import ClientModule
 from lightning_fl.validation import check_positive
 
 
+def dense_stack(in_features: int, hidden: tuple[int, ...] | list[int], num_classes: int) -> list[nn.Module]:
+    """``Linear -> ReLU`` for every hidden width, then a ``Linear`` to ``num_classes`` logits."""
+    layers: list[nn.Module] = []
+    for width in hidden:
+        layers += [nn.Linear(in_features, width), nn.ReLU()]
+        in_features = width
+    layers.append(nn.Linear(in_features, num_classes))
+    return layers
+
+
 class MLP(ClientModule):
     """Fully connected network with ReLU hidden layers.
 
@@ -23,13 +33,7 @@ class MLP(ClientModule):
         for width in hidden:
             check_positive("hidden", width, integer=True)
         super().__init__(num_classes, (in_features,))
-        layers: list[nn.Module] = []
-        width_in = in_features
-        for width in hidden:
-            layers += [nn.Linear(width_in, width), nn.ReLU()]
-            width_in = width
-        layers.append(nn.Linear(width_in, num_classes))
-        self.net = nn.Sequential(*layers)
+        self.net = nn.Sequential(*dense_stack(in_features, hidden, num_classes))
 
     @override
     def forward(self, x: Tensor) -> Tensor:
