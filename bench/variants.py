@@ -24,8 +24,8 @@ from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
 from bench.jobs import Job
-from callbacks.fedavg import FedAvg
-from datamodules.federated_data import FederatedData
+from lightning_fl.callbacks.fedavg import FedAvg
+from lightning_fl.datamodules.federated_data import FederatedData
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines import ClientHookSet, LocalTrainingPlan, SequentialEngine, VectorizedEngine
 from lightning_fl.engines.base import num_local_steps

@@ -1,25 +1,28 @@
 """Federated callbacks: aggregation (one per run), client-side algorithms, metrics, progress."""
 
-from callbacks.base import AggregationCallback, FederatedCallback
-from callbacks.communication_cost import CommunicationCost
-from callbacks.dwfed import DWFed
-from callbacks.fairness_metrics import FairnessMetrics
-from callbacks.fedadaptive import FedAdagrad, FedAdam, FedYogi
-from callbacks.fedadp import FedAdp
-from callbacks.fedavg import FedAvg
-from callbacks.fedavgm import FedAvgM
-from callbacks.fedfa import FedFa
-from callbacks.fedfa_mo import FedFaMo
-from callbacks.fednova import FedNova
-from callbacks.fedprox import FedProx
-from callbacks.igfl import IGFL
-from callbacks.igfl_client import IGFLClient
-from callbacks.igfl_server import IGFLServer
-from callbacks.qffl import QFFL
-from callbacks.round_progress import RoundProgressBar
-from callbacks.rounds_to_target import RoundsToTarget
-from callbacks.scaffold import Scaffold
-from callbacks.tempo import Tempo
+if __name__ != "lightning_fl.callbacks":  # one import path per module (see pyproject.toml)
+    raise ImportError(f"import this package as lightning_fl.callbacks, not {__name__}")
+
+from lightning_fl.callbacks.base import AggregationCallback, FederatedCallback
+from lightning_fl.callbacks.communication_cost import CommunicationCost
+from lightning_fl.callbacks.dwfed import DWFed
+from lightning_fl.callbacks.fairness_metrics import FairnessMetrics
+from lightning_fl.callbacks.fedadaptive import FedAdagrad, FedAdam, FedYogi
+from lightning_fl.callbacks.fedadp import FedAdp
+from lightning_fl.callbacks.fedavg import FedAvg
+from lightning_fl.callbacks.fedavgm import FedAvgM
+from lightning_fl.callbacks.fedfa import FedFa
+from lightning_fl.callbacks.fedfa_mo import FedFaMo
+from lightning_fl.callbacks.fednova import FedNova
+from lightning_fl.callbacks.fedprox import FedProx
+from lightning_fl.callbacks.igfl import IGFL
+from lightning_fl.callbacks.igfl_client import IGFLClient
+from lightning_fl.callbacks.igfl_server import IGFLServer
+from lightning_fl.callbacks.qffl import QFFL
+from lightning_fl.callbacks.round_progress import RoundProgressBar
+from lightning_fl.callbacks.rounds_to_target import RoundsToTarget
+from lightning_fl.callbacks.scaffold import Scaffold
+from lightning_fl.callbacks.tempo import Tempo
 
 __all__ = [
     "IGFL",

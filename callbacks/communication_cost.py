@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import pytorch_lightning as pl
 from typing_extensions import override
 
-from callbacks.base import FederatedCallback
+from lightning_fl.callbacks.base import FederatedCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.rounds import RoundTraffic
 from lightning_fl.validation import check_non_negative, check_positive
@@ -58,7 +58,7 @@ class CommunicationCost(FederatedCallback):
 
     Example (YAML)::
 
-        - class_path: callbacks.CommunicationCost
+        - class_path: lightning_fl.callbacks.CommunicationCost
           init_args: {client_bandwidth_mbps: 10, client_latency_ms: 50, institution_bandwidth_mbps: 1000}
     """
 

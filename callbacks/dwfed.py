@@ -9,8 +9,8 @@ import pytorch_lightning as pl
 from torch import Tensor
 from typing_extensions import override
 
-from callbacks.base import AggregationCallback
-from callbacks.fedfa import log_client_weights
+from lightning_fl.callbacks.base import AggregationCallback
+from lightning_fl.callbacks.fedfa import log_client_weights
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.dwfed import ish_weights
 from lightning_fl.functional.label_stats import emd_to_population
@@ -59,7 +59,7 @@ class DWFed(AggregationCallback):
 
     Example (YAML)::
 
-        - class_path: callbacks.DWFed
+        - class_path: lightning_fl.callbacks.DWFed
           init_args: {eta_ish: 1.0, weight_by_samples: false}
     """
 

@@ -9,7 +9,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_info
 from typing_extensions import override
 
-from callbacks.base import FederatedCallback
+from lightning_fl.callbacks.base import FederatedCallback
 from lightning_fl.evaluation import ClientEvaluation
 from lightning_fl.functional.fairness import (
     FAIRNESS_KEYS,
@@ -41,7 +41,7 @@ class FairnessMetrics(FederatedCallback):
 
     Example (YAML)::
 
-        - class_path: callbacks.FairnessMetrics
+        - class_path: lightning_fl.callbacks.FairnessMetrics
     """
 
     def __init__(self, histogram_every: int = 1, method_name: str | None = None) -> None:

@@ -9,8 +9,8 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from callbacks._common import clone_or_none, log_server_scalars, moved
-from callbacks.fedavg import FedAvg
+from lightning_fl.callbacks._common import clone_or_none, log_server_scalars, moved
+from lightning_fl.callbacks.fedavg import FedAvg
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.server_optimizers import adaptive_server_step
 from lightning_fl.validation import check_positive, check_range
@@ -54,7 +54,7 @@ class AdaptiveServerOptimizer(FedAvg):
         beta1: ``b1`` in ``[0, 1]``. Default 0.9.
         beta2: ``b2`` in ``[0, 1]``. Default 0.99.
         tau: Adaptivity ``tau > 0``. Default ``1e-3``.
-        weighting: ``samples`` (``n_k / sum n``, default) or ``uniform``, as in :class:`~callbacks.FedAvg`.
+        weighting: ``samples`` (``n_k / sum n``, default) or ``uniform``, as in :class:`~lightning_fl.callbacks.FedAvg`.
 
     Raises:
         ConfigError: If ``lr <= 0``, ``tau <= 0``, ``beta1``/``beta2`` outside ``[0, 1]`` or
@@ -69,7 +69,7 @@ class AdaptiveServerOptimizer(FedAvg):
                  weighting: str = "samples") -> None:
         super().__init__(weighting)
         if not self.kind:
-            raise TypeError("use callbacks.FedAdam, callbacks.FedYogi or callbacks.FedAdagrad")
+            raise TypeError("use lightning_fl.callbacks.FedAdam, lightning_fl.callbacks.FedYogi or lightning_fl.callbacks.FedAdagrad")
         check_positive("lr", lr)
         check_range("beta1", beta1, 0.0, 1.0)
         check_range("beta2", beta2, 0.0, 1.0)
@@ -113,7 +113,7 @@ class FedAdam(AdaptiveServerOptimizer):
 
         trainer:
           callbacks:
-            - class_path: callbacks.FedAdam
+            - class_path: lightning_fl.callbacks.FedAdam
               init_args: {lr: 0.01, beta1: 0.9, beta2: 0.99, tau: 0.001}
     """
 
@@ -132,7 +132,7 @@ class FedYogi(AdaptiveServerOptimizer):
 
         trainer:
           callbacks:
-            - class_path: callbacks.FedYogi
+            - class_path: lightning_fl.callbacks.FedYogi
               init_args: {lr: 0.01}
     """
 
@@ -151,7 +151,7 @@ class FedAdagrad(AdaptiveServerOptimizer):
 
         trainer:
           callbacks:
-            - class_path: callbacks.FedAdagrad
+            - class_path: lightning_fl.callbacks.FedAdagrad
               init_args: {lr: 0.01}
     """
 

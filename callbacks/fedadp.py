@@ -9,8 +9,8 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from callbacks._common import log_server_histogram, log_server_scalars
-from callbacks.base import AggregationCallback
+from lightning_fl.callbacks._common import log_server_histogram, log_server_scalars
+from lightning_fl.callbacks.base import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.fedadp import fedadp_weights
 from lightning_fl.functional.weights import weighted_average
@@ -61,7 +61,7 @@ class FedAdp(AggregationCallback):
 
         trainer:
           callbacks:
-            - class_path: callbacks.FedAdp
+            - class_path: lightning_fl.callbacks.FedAdp
               init_args: {alpha: 5.0}
     """
 

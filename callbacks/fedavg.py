@@ -8,7 +8,7 @@ import pytorch_lightning as pl
 from torch import Tensor
 from typing_extensions import override
 
-from callbacks.base import AggregationCallback
+from lightning_fl.callbacks.base import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.weights import WEIGHTINGS, fedavg_weights, weighted_average
 from lightning_fl.validation import check_choice
@@ -32,7 +32,7 @@ class FedAvg(AggregationCallback):
 
         trainer:
           callbacks:
-            - class_path: callbacks.FedAvg
+            - class_path: lightning_fl.callbacks.FedAvg
               init_args: {weighting: samples}
     """
 

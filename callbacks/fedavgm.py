@@ -9,8 +9,8 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from callbacks._common import clone_or_none, log_server_scalars, moved
-from callbacks.fedavg import FedAvg
+from lightning_fl.callbacks._common import clone_or_none, log_server_scalars, moved
+from lightning_fl.callbacks.fedavg import FedAvg
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.server_optimizers import fedavgm_step
 from lightning_fl.validation import check_positive, check_range
@@ -44,7 +44,7 @@ class FedAvgM(FedAvg):
     Args:
         beta: Server momentum ``beta`` in ``[0, 1]``. Default 0.9.
         server_lr: Server learning rate ``eta_s > 0``. Default 1.0.
-        weighting: ``samples`` (``n_k / sum n``, default) or ``uniform``, as in :class:`~callbacks.FedAvg`.
+        weighting: ``samples`` (``n_k / sum n``, default) or ``uniform``, as in :class:`~lightning_fl.callbacks.FedAvg`.
 
     Raises:
         ConfigError: If ``beta`` is outside ``[0, 1]``, ``server_lr <= 0`` or ``weighting`` is unknown.
@@ -53,7 +53,7 @@ class FedAvgM(FedAvg):
 
         trainer:
           callbacks:
-            - class_path: callbacks.FedAvgM
+            - class_path: lightning_fl.callbacks.FedAvgM
               init_args: {beta: 0.9, server_lr: 1.0}
     """
 

@@ -10,7 +10,7 @@ from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
 
-from callbacks.base import AggregationCallback
+from lightning_fl.callbacks.base import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.fedfa import MOMENTUM_FORMS, fedfa_weights, server_momentum_step
 from lightning_fl.functional.figures import weights_figure
@@ -93,7 +93,7 @@ class FedFa(AggregationCallback):
           optimizer: {class_path: torch.optim.SGD, init_args: {lr: 0.01, momentum: 0.9}}
         trainer:
           callbacks:
-            - class_path: callbacks.FedFa
+            - class_path: lightning_fl.callbacks.FedFa
               init_args: {alpha: 0.5, beta: 0.5, server_momentum: 0.5, period: 1}
     """
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import Tensor
 
-from callbacks.fedfa import FedFa
+from lightning_fl.callbacks.fedfa import FedFa
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.weights import WEIGHTINGS, fedavg_weights
 from lightning_fl.validation import check_choice
@@ -39,7 +39,7 @@ class FedFaMo(FedFa):
 
     Example (YAML)::
 
-        - class_path: callbacks.FedFaMo
+        - class_path: lightning_fl.callbacks.FedFaMo
           init_args: {server_momentum: 0.5}
     """
 

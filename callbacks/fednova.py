@@ -10,8 +10,8 @@ from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
-from callbacks._common import describe_optimizer, log_server_scalars, probe_client_optimizer
-from callbacks.base import AggregationCallback
+from lightning_fl.callbacks._common import describe_optimizer, log_server_scalars, probe_client_optimizer
+from lightning_fl.callbacks.base import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.fednova import fednova_step
 from lightning_fl.validation import ConfigError
@@ -58,7 +58,7 @@ class FedNova(AggregationCallback):
           optimizer: {class_path: torch.optim.SGD, init_args: {lr: 0.01, momentum: 0.9}}
         trainer:
           callbacks:
-            - class_path: callbacks.FedNova
+            - class_path: lightning_fl.callbacks.FedNova
     """
 
     @override

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from callbacks.fedavg import FedAvg
+from lightning_fl.callbacks.fedavg import FedAvg
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.validation import check_non_negative
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from callbacks.igfl_client import IGFLClientHooks
-from callbacks.igfl_server import IGFLServer
+from lightning_fl.callbacks.igfl_client import IGFLClientHooks
+from lightning_fl.callbacks.igfl_server import IGFLServer
 
 
 class IGFL(IGFLClientHooks, IGFLServer):
@@ -13,15 +13,15 @@ class IGFL(IGFLClientHooks, IGFLServer):
     client ``dW_k_prev = y_k - w`` of its last participation (zeros if none), used both by the
     client hooks and, in ``time`` mode, by the server's attention.
 
-    - Clients (as :class:`~callbacks.IGFLClient`): after each local optimizer step ``D_I``, add
+    - Clients (as :class:`~lightning_fl.callbacks.IGFLClient`): after each local optimizer step ``D_I``, add
       ``D_G = (1/K) (D_I - dW_k_prev / T) + dW_ps / T`` (``K`` cohort size, ``T = tau_k``).
-    - Server (as :class:`~callbacks.IGFLServer`): with ``D_j = y_j - w^t`` and
+    - Server (as :class:`~lightning_fl.callbacks.IGFLServer`): with ``D_j = y_j - w^t`` and
       ``alpha = softmax(psi(q, D_j) / temperature)``: ``self`` ``w^{t+1} = w^t + (1/K) sum_ij
       alpha_ij D_j``; ``global`` (``q = mean D``) and ``time`` (``s_j = psi(dW_j_prev, D_j)``)
       ``w^{t+1} = w^t + sum_j alpha_j D_j``.
     - After aggregation: ``dW_k_prev <- y_k - w^t`` for the cohort, ``dW_ps <- w^{t+1} - w^t``.
 
-    The readings of :class:`~callbacks.IGFLClient` and :class:`~callbacks.IGFLServer` apply. Note
+    The readings of :class:`~lightning_fl.callbacks.IGFLClient` and :class:`~lightning_fl.callbacks.IGFLServer` apply. Note
     that ``dW_ps`` is the *attention* aggregate's step, not FedAvg's.
 
     TensorBoard: ``server/attention`` (heat map, the paper's Fig. 2) and ``server/weights``.
@@ -33,11 +33,11 @@ class IGFL(IGFLClientHooks, IGFLServer):
         figure_every_n_rounds: Log the attention image every this many rounds (0: never). Default 1.
 
     Raises:
-        ConfigError: As :class:`~callbacks.IGFLServer`.
+        ConfigError: As :class:`~lightning_fl.callbacks.IGFLServer`.
 
     Example (YAML)::
 
-        - class_path: callbacks.IGFL
+        - class_path: lightning_fl.callbacks.IGFL
           init_args: {attention: self}
     """
 

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from callbacks.fedavg import FedAvg
+from lightning_fl.callbacks.fedavg import FedAvg
 from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
 from lightning_fl.functional.igfl import igfl_client_correction
 
@@ -147,14 +147,14 @@ class IGFLClient(IGFLClientHooks, IGFLMemoryState, FedAvg):
     ``dW_k_prev = y_k - w`` of its last participation (zeros if none). Client ``k`` with ``T = tau_k``
     local steps in a cohort of ``K``: after each optimizer step ``D_I = w_after - w_before``
     (``-eta_l g`` for plain SGD) the parameters get ``D_G = (1/K) (D_I - dW_k_prev / T) + dW_ps / T``
-    added, so the step is ``D_I + D_G``. The server is :class:`~callbacks.FedAvg`
+    added, so the step is ``D_I + D_G``. The server is :class:`~lightning_fl.callbacks.FedAvg`
     (``w^{t+1} = sum_k n_k y_k / sum n``); after aggregation ``dW_k_prev <- y_k - w^t`` for the
     cohort and ``dW_ps <- w^{t+1} - w^t``.
 
     Readings:
 
     - IGFL-C is an aggregation callback (FedAvg + the client hooks) so that it is one YAML entry;
-      :class:`~callbacks.IGFLServer` and :class:`~callbacks.IGFL` are the other two variants.
+      :class:`~lightning_fl.callbacks.IGFLServer` and :class:`~lightning_fl.callbacks.IGFL` are the other two variants.
     - ``D_I`` is whatever step the configured optimizer took (with momentum or weight decay it is not
       ``-eta_l g``); the paper uses plain SGD.
     - ``T`` is the number of local steps the client takes this round (``E * ceil(n_k / B)``), so
@@ -172,7 +172,7 @@ class IGFLClient(IGFLClientHooks, IGFLMemoryState, FedAvg):
 
     Example (YAML)::
 
-        - class_path: callbacks.IGFLClient
+        - class_path: lightning_fl.callbacks.IGFLClient
     """
 
     supports_hierarchy = False  # the hooks need per-client deltas, not institution models

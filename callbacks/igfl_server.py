@@ -9,8 +9,8 @@ import pytorch_lightning as pl
 from torch import Tensor
 from typing_extensions import override
 
-from callbacks.base import AggregationCallback
-from callbacks.igfl_client import IGFLMemory, IGFLMemoryState
+from lightning_fl.callbacks.base import AggregationCallback
+from lightning_fl.callbacks.igfl_client import IGFLMemory, IGFLMemoryState
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.figures import attention_figure
 from lightning_fl.functional.igfl import ATTENTION_MODES, SIMILARITIES, igfl_attention_aggregate
@@ -42,7 +42,7 @@ class IGFLServer(IGFLMemoryState, AggregationCallback):
       the first time has ``dW_j_prev = 0`` and score 0.
     - The softmax subtracts the row maximum, so large dot products give a sharp but finite attention.
     - Used alone, IGFL-S keeps its own store of previous deltas (only in ``time`` mode, which needs
-      it); :class:`~callbacks.IGFL` shares one store between client and server.
+      it); :class:`~lightning_fl.callbacks.IGFL` shares one store between client and server.
 
     TensorBoard (step = round number ``t + 1``): ``server/attention``, the attention matrix
     (``self``) or vector as a heat map with client ids on the axes (the paper's Fig. 2), every
@@ -61,7 +61,7 @@ class IGFLServer(IGFLMemoryState, AggregationCallback):
 
     Example (YAML)::
 
-        - class_path: callbacks.IGFLServer
+        - class_path: lightning_fl.callbacks.IGFLServer
           init_args: {attention: time, similarity: dot, temperature: 1.0}
     """
 

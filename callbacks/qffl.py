@@ -9,8 +9,8 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from callbacks._common import describe_optimizer, is_plain_sgd, log_server_scalars, probe_client_optimizer
-from callbacks.base import AggregationCallback
+from lightning_fl.callbacks._common import describe_optimizer, is_plain_sgd, log_server_scalars, probe_client_optimizer
+from lightning_fl.callbacks.base import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.qffl import qffl_step
 from lightning_fl.validation import ConfigError, check_non_negative
@@ -59,7 +59,7 @@ class QFFL(AggregationCallback):
           optimizer: {class_path: torch.optim.SGD, init_args: {lr: 0.01}}
         trainer:
           callbacks:
-            - class_path: callbacks.QFFL
+            - class_path: lightning_fl.callbacks.QFFL
               init_args: {q: 1.0}
     """
 

@@ -12,7 +12,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_info
 from typing_extensions import override
 
-from callbacks.base import FederatedCallback
+from lightning_fl.callbacks.base import FederatedCallback
 from lightning_fl.validation import check_choice
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ class RoundsToTarget(FederatedCallback):
 
     As in DWFed Table 2 and Tempo Table 1. The wall time counts training and evaluation of this run
     and of the runs it was resumed from (the elapsed time is part of the checkpointed state). With a
-    :class:`~callbacks.CommunicationCost` network model in the run, the estimated deployment time
+    :class:`~lightning_fl.callbacks.CommunicationCost` network model in the run, the estimated deployment time
     (``net/elapsed_seconds``) at that round is recorded too.
     Logs ``target/round`` and ``target/seconds`` once reached and writes ``rounds_to_target.json`` in
     the log directory at the end of the run.
@@ -40,7 +40,7 @@ class RoundsToTarget(FederatedCallback):
 
     Example (YAML)::
 
-        - class_path: callbacks.RoundsToTarget
+        - class_path: lightning_fl.callbacks.RoundsToTarget
           init_args: {monitor: val/acc_mean, target: 0.7}
     """
 

@@ -11,14 +11,14 @@ from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
-from callbacks._common import (
+from lightning_fl.callbacks._common import (
     clone_or_none,
     describe_optimizer,
     is_plain_sgd,
     log_server_scalars,
     probe_client_optimizer,
 )
-from callbacks.base import AggregationCallback
+from lightning_fl.callbacks.base import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.functional.scaffold import scaffold_client_control, scaffold_correct_grad, scaffold_server_step
@@ -77,7 +77,7 @@ class Scaffold(AggregationCallback):
           optimizer: {class_path: torch.optim.SGD, init_args: {lr: 0.01}}
         trainer:
           callbacks:
-            - class_path: callbacks.Scaffold
+            - class_path: lightning_fl.callbacks.Scaffold
               init_args: {server_lr: 1.0}
     """
 

@@ -9,10 +9,13 @@
 
 from __future__ import annotations
 
-from datamodules.base import FederatedDataModule, build_from_pooled
-from datamodules.digits import DigitsDataModule
-from datamodules.federated_data import FederatedData
-from datamodules.partition import (
+if __name__ != "lightning_fl.datamodules":  # one import path per module (see pyproject.toml)
+    raise ImportError(f"import this package as lightning_fl.datamodules, not {__name__}")
+
+from lightning_fl.datamodules.base import FederatedDataModule, build_from_pooled
+from lightning_fl.datamodules.digits import DigitsDataModule
+from lightning_fl.datamodules.federated_data import FederatedData
+from lightning_fl.datamodules.partition import (
     PARTITIONS,
     make_partition,
     partition_dirichlet,
@@ -22,9 +25,9 @@ from datamodules.partition import (
     split_train_test,
     validate_partition,
 )
-from datamodules.pooled import PooledDataModule
-from datamodules.synthetic import SyntheticDataModule, generate_synthetic
-from datamodules.synthetic_pooled import PooledSyntheticDataModule, generate_synthetic_pool
+from lightning_fl.datamodules.pooled import PooledDataModule
+from lightning_fl.datamodules.synthetic import SyntheticDataModule, generate_synthetic
+from lightning_fl.datamodules.synthetic_pooled import PooledSyntheticDataModule, generate_synthetic_pool
 
 __all__ = [
     "PARTITIONS",
@@ -47,12 +50,12 @@ __all__ = [
 ]
 
 # Real data sets (docs/datasets.md): IDX (MNIST, Fashion-MNIST), CIFAR-10, LEAF JSON, Shakespeare.
-from datamodules.cifar10 import CIFAR10DataModule  # noqa: E402
-from datamodules.downloads import CorruptDataError, DataError, DataNotFoundError, DownloadError  # noqa: E402
-from datamodules.leaf import LeafDataModule  # noqa: E402
-from datamodules.mnist import FashionMNISTDataModule, MNISTDataModule  # noqa: E402
-from datamodules.shakespeare import ShakespeareDataModule  # noqa: E402
-from datamodules.train_test_pool import TrainTestPoolDataModule  # noqa: E402
+from lightning_fl.datamodules.cifar10 import CIFAR10DataModule  # noqa: E402
+from lightning_fl.datamodules.downloads import CorruptDataError, DataError, DataNotFoundError, DownloadError  # noqa: E402
+from lightning_fl.datamodules.leaf import LeafDataModule  # noqa: E402
+from lightning_fl.datamodules.mnist import FashionMNISTDataModule, MNISTDataModule  # noqa: E402
+from lightning_fl.datamodules.shakespeare import ShakespeareDataModule  # noqa: E402
+from lightning_fl.datamodules.train_test_pool import TrainTestPoolDataModule  # noqa: E402
 
 __all__ += [
     "CIFAR10DataModule",

@@ -1,6 +1,6 @@
 """Base class of every federated datamodule (SPEC section 8).
 
-A :class:`FederatedDataModule` builds one :class:`~datamodules.federated_data.FederatedData` (all
+A :class:`FederatedDataModule` builds one :class:`~lightning_fl.datamodules.federated_data.FederatedData` (all
 clients' train/test splits as a few contiguous tensors) and exposes it to the federated loop as
 ``self.data``. Its Lightning dataloaders are only "round tickets": one element, no batching, so a
 Lightning epoch is exactly one communication round and the loop reads client data from ``self.data``.
@@ -18,9 +18,9 @@ from matplotlib.figure import Figure
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from datamodules.federated_data import FederatedData, offsets_from_sizes
-from datamodules.partition import check_test_fraction, split_train_test
-from datamodules.plots import label_distribution_figure
+from lightning_fl.datamodules.federated_data import FederatedData, offsets_from_sizes
+from lightning_fl.datamodules.partition import check_test_fraction, split_train_test
+from lightning_fl.datamodules.plots import label_distribution_figure
 from lightning_fl.functional.label_stats import emd_to_population
 from lightning_fl.validation import ConfigError
 
@@ -37,7 +37,7 @@ def build_from_pooled(
 ) -> FederatedData:
     """Assemble :class:`FederatedData` from a pooled dataset and per-client index lists (SPEC section 8).
 
-    Each client's indices are split into train and test with :func:`~datamodules.partition.split_train_test`
+    Each client's indices are split into train and test with :func:`~lightning_fl.datamodules.partition.split_train_test`
     (clients in order, all drawing from ``generator``); the splits are concatenated client by client.
 
     Args:

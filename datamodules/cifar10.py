@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from datamodules.downloads import (
+from lightning_fl.datamodules.downloads import (
     CorruptDataError,
     DataNotFoundError,
     FileSpec,
@@ -31,7 +31,7 @@ from datamodules.downloads import (
     missing_message,
     verify_file,
 )
-from datamodules.train_test_pool import TrainTestPoolDataModule
+from lightning_fl.datamodules.train_test_pool import TrainTestPoolDataModule
 
 __all__ = [
     "CIFAR10_ARCHIVE",
@@ -169,7 +169,7 @@ class CIFAR10DataModule(TrainTestPoolDataModule):
         normalize: Standardise per channel instead of scaling to ``[0, 1]``.
         subsample: Fraction of each split kept (class-stratified, seeded).
         dirichlet_alpha: Concentration of the ``dirichlet`` partition.
-        dirichlet_cap_at_mean: NIID-Bench's cap (see :class:`~datamodules.pooled.PooledDataModule`).
+        dirichlet_cap_at_mean: NIID-Bench's cap (see :class:`~lightning_fl.datamodules.pooled.PooledDataModule`).
         min_size: Minimum client size (``dirichlet``, ``quantity``).
         classes_per_client: Classes per client (``shards``).
         quantity_distribution: ``lognormal`` or ``power_law`` (``quantity``).

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from datamodules.pooled import PooledDataModule
+from lightning_fl.datamodules.pooled import PooledDataModule
 
 __all__ = ["DigitsDataModule"]
 
@@ -25,12 +25,12 @@ class DigitsDataModule(PooledDataModule):
         num_clients: Number of clients (default 20: about 90 samples each).
         partition: One of ``iid``, ``dirichlet``, ``shards``, ``quantity``.
         flatten: Flatten each image to 64 features.
-        dirichlet_alpha: See :class:`~datamodules.pooled.PooledDataModule`.
-        min_size: See :class:`~datamodules.pooled.PooledDataModule`.
-        classes_per_client: See :class:`~datamodules.pooled.PooledDataModule`.
-        quantity_distribution: See :class:`~datamodules.pooled.PooledDataModule`.
-        quantity_sigma: See :class:`~datamodules.pooled.PooledDataModule`.
-        quantity_power: See :class:`~datamodules.pooled.PooledDataModule`.
+        dirichlet_alpha: See :class:`~lightning_fl.datamodules.pooled.PooledDataModule`.
+        min_size: See :class:`~lightning_fl.datamodules.pooled.PooledDataModule`.
+        classes_per_client: See :class:`~lightning_fl.datamodules.pooled.PooledDataModule`.
+        quantity_distribution: See :class:`~lightning_fl.datamodules.pooled.PooledDataModule`.
+        quantity_sigma: See :class:`~lightning_fl.datamodules.pooled.PooledDataModule`.
+        quantity_power: See :class:`~lightning_fl.datamodules.pooled.PooledDataModule`.
         seed: Seed of the partition and of the train/test split.
         test_fraction: Fraction of each client's samples held out for testing, in ``[0, 1)``.
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datamodules.downloads import CorruptDataError, DataNotFoundError
+from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundError
 
 __all__ = ["IDX_TYPES", "parse_idx", "read_idx", "read_raw", "write_idx"]
 

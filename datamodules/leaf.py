@@ -23,10 +23,10 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from datamodules.base import FederatedDataModule
-from datamodules.downloads import CorruptDataError, DataNotFoundError, missing_message
-from datamodules.federated_data import FederatedData, offsets_from_sizes
-from datamodules.partition import split_train_test
+from lightning_fl.datamodules.base import FederatedDataModule
+from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundError, missing_message
+from lightning_fl.datamodules.federated_data import FederatedData, offsets_from_sizes
+from lightning_fl.datamodules.partition import split_train_test
 from lightning_fl.seeding import generator_for
 from lightning_fl.validation import ConfigError, check_positive
 
@@ -161,7 +161,7 @@ class LeafDataModule(FederatedDataModule):
     Example (YAML)::
 
         data:
-          class_path: datamodules.LeafDataModule
+          class_path: lightning_fl.datamodules.LeafDataModule
           init_args: {data_dir: data/femnist/data, input_shape: [1, 28, 28], num_classes: 62}
     """
 

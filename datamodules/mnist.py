@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from datamodules.downloads import (
+from lightning_fl.datamodules.downloads import (
     CorruptDataError,
     DataNotFoundError,
     FileSpec,
@@ -32,8 +32,8 @@ from datamodules.downloads import (
     missing_message,
     verify_file,
 )
-from datamodules.idx import parse_idx, read_raw
-from datamodules.train_test_pool import TrainTestPoolDataModule
+from lightning_fl.datamodules.idx import parse_idx, read_raw
+from lightning_fl.datamodules.train_test_pool import TrainTestPoolDataModule
 
 __all__ = [
     "FASHION_MNIST",
@@ -264,7 +264,7 @@ class FashionMNISTDataModule(_IDXImageDataModule):
         normalize: Standardise (see above) instead of scaling to ``[0, 1]``.
         subsample: Fraction of each file kept (class-stratified, seeded), for small machines.
         dirichlet_alpha: Concentration of the ``dirichlet`` partition.
-        dirichlet_cap_at_mean: NIID-Bench's cap (see :class:`~datamodules.pooled.PooledDataModule`).
+        dirichlet_cap_at_mean: NIID-Bench's cap (see :class:`~lightning_fl.datamodules.pooled.PooledDataModule`).
         min_size: Minimum client size (``dirichlet``, ``quantity``).
         classes_per_client: Classes per client (``shards``).
         quantity_distribution: ``lognormal`` or ``power_law`` (``quantity``).
@@ -284,7 +284,7 @@ class FashionMNISTDataModule(_IDXImageDataModule):
     Example (YAML)::
 
         data:
-          class_path: datamodules.FashionMNISTDataModule
+          class_path: lightning_fl.datamodules.FashionMNISTDataModule
           init_args: {num_clients: 100, partition: shards, classes_per_client: 2}
     """
 

@@ -2,7 +2,7 @@
 
 :class:`PooledDataModule` takes ``(x, y)`` tensors (or loads them in an overridden
 :meth:`~PooledDataModule.load_pooled`), splits the samples among clients with one of the seeded
-partitions of :mod:`datamodules.partition`, then splits every client into train and test.
+partitions of :mod:`lightning_fl.datamodules.partition`, then splits every client into train and test.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from datamodules.base import FederatedDataModule, build_from_pooled
-from datamodules.federated_data import FederatedData
-from datamodules.partition import PARTITIONS, QUANTITY_DISTRIBUTIONS, make_partition, validate_partition
+from lightning_fl.datamodules.base import FederatedDataModule, build_from_pooled
+from lightning_fl.datamodules.federated_data import FederatedData
+from lightning_fl.datamodules.partition import PARTITIONS, QUANTITY_DISTRIBUTIONS, make_partition, validate_partition
 from lightning_fl.seeding import generator_for
 from lightning_fl.validation import ConfigError, check_choice, check_positive
 
@@ -116,7 +116,7 @@ class PooledDataModule(FederatedDataModule):
         return self._x, self._y
 
     def partition_options(self) -> dict[str, Any]:
-        """The options of the configured partition, as :func:`~datamodules.partition.make_partition` takes them."""
+        """The options of the configured partition, as :func:`~lightning_fl.datamodules.partition.make_partition` takes them."""
         if self.partition == "dirichlet":
             return {"alpha": self.dirichlet_alpha, "min_size": self.min_size, "cap_at_mean": self.dirichlet_cap_at_mean}
         if self.partition == "shards":

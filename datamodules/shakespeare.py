@@ -20,7 +20,7 @@ Every speech line of a role is one LEAF "sound bite". Samples follow LEAF's ``__
 exactly (:func:`leaf_windows`): runs of two or more spaces become one, each line gets a trailing
 newline and 80 leading spaces, and every character of it (the newline included) is the target of
 the 80 characters before it. Characters are encoded with LEAF's 80-letter alphabet
-(:data:`~datamodules.leaf.LEAF_LETTERS`; the six other characters found in the texts map to space).
+(:data:`~lightning_fl.datamodules.leaf.LEAF_LETTERS`; the six other characters found in the texts map to space).
 Inputs are stored as ``uint8`` ``(n, 80)`` (the char-LSTM casts them), targets ``long`` in ``[0, 80)``.
 """
 
@@ -34,10 +34,10 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 from typing_extensions import override
 
-from datamodules.base import FederatedDataModule, build_from_pooled
-from datamodules.downloads import CorruptDataError, DataNotFoundError, FileSpec, missing_message, verify_file
-from datamodules.federated_data import FederatedData
-from datamodules.leaf import LEAF_LETTERS, encode_text
+from lightning_fl.datamodules.base import FederatedDataModule, build_from_pooled
+from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundError, FileSpec, missing_message, verify_file
+from lightning_fl.datamodules.federated_data import FederatedData
+from lightning_fl.datamodules.leaf import LEAF_LETTERS, encode_text
 from lightning_fl.seeding import generator_for
 from lightning_fl.validation import ConfigError, check_positive
 
@@ -256,7 +256,7 @@ def read_plays(folder: str | Path, verify_checksums: bool = True) -> dict[str, s
 class ShakespeareDataModule(FederatedDataModule):
     """LEAF's Shakespeare: every speaking role of every play is a client; next-character prediction.
 
-    Inputs ``(80,)`` ``uint8`` character codes, 80 classes (:data:`~datamodules.leaf.LEAF_LETTERS`),
+    Inputs ``(80,)`` ``uint8`` character codes, 80 classes (:data:`~lightning_fl.datamodules.leaf.LEAF_LETTERS`),
     for :class:`~lightning_fl.models.CharLSTM`. Every role's samples are split
     ``1 - test_fraction`` / ``test_fraction`` at random (LEAF ``-t sample --tf 0.8``, as FedProx, q-FFL
     and FedFa).

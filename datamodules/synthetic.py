@@ -27,8 +27,8 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from datamodules.base import FederatedDataModule, build_from_pooled
-from datamodules.federated_data import FederatedData, offsets_from_sizes
+from lightning_fl.datamodules.base import FederatedDataModule, build_from_pooled
+from lightning_fl.datamodules.federated_data import FederatedData, offsets_from_sizes
 from lightning_fl.seeding import generator_for
 from lightning_fl.validation import check_choice, check_non_negative, check_positive
 

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from datamodules.pooled import PooledDataModule
+from lightning_fl.datamodules.pooled import PooledDataModule
 from lightning_fl.validation import ConfigError, check_positive
 
 
@@ -53,7 +53,7 @@ class PooledSyntheticDataModule(PooledDataModule):
 
     The quick stand-in for an image dataset when a partition, not the natural users of the
     Synthetic(alpha, beta) generator, should create the heterogeneity (Tempo's Dirichlet setting on
-    synthetic data). All partition options are those of :class:`~datamodules.PooledDataModule`.
+    synthetic data). All partition options are those of :class:`~lightning_fl.datamodules.PooledDataModule`.
 
     Args:
         num_samples: Size of the pool.
@@ -63,7 +63,7 @@ class PooledSyntheticDataModule(PooledDataModule):
     Example (YAML)::
 
         data:
-          class_path: datamodules.PooledSyntheticDataModule
+          class_path: lightning_fl.datamodules.PooledSyntheticDataModule
           init_args: {num_samples: 20000, partition: dirichlet, dirichlet_alpha: 0.1, num_clients: 200}
     """
 

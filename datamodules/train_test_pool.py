@@ -1,6 +1,6 @@
 """Image datasets that ship an official train/test split (MNIST, Fashion-MNIST, CIFAR-10) as federations.
 
-:class:`TrainTestPoolDataModule` is a :class:`~datamodules.pooled.PooledDataModule` whose pool comes
+:class:`TrainTestPoolDataModule` is a :class:`~lightning_fl.datamodules.pooled.PooledDataModule` whose pool comes
 from two files (train and test) and which offers two ways to give clients test data
 (``test_set``):
 
@@ -25,9 +25,9 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from datamodules.federated_data import FederatedData, offsets_from_sizes
-from datamodules.partition import largest_remainder, make_partition
-from datamodules.pooled import PooledDataModule
+from lightning_fl.datamodules.federated_data import FederatedData, offsets_from_sizes
+from lightning_fl.datamodules.partition import largest_remainder, make_partition
+from lightning_fl.datamodules.pooled import PooledDataModule
 from lightning_fl.seeding import generator_for
 from lightning_fl.validation import ConfigError, check_choice
 
@@ -107,7 +107,7 @@ class TrainTestPoolDataModule(PooledDataModule):
             ``[0, 1]``.
         flatten: Flatten every image to a vector (logistic regression / MLP clients).
         subsample: Fraction of each file kept (class-stratified, seeded by ``seed``), in ``(0, 1]``.
-        **kwargs: :class:`~datamodules.pooled.PooledDataModule` options (``partition``,
+        **kwargs: :class:`~lightning_fl.datamodules.pooled.PooledDataModule` options (``partition``,
             ``num_clients``, ``dirichlet_alpha``, ``classes_per_client``, ``seed``, ``test_fraction``
             ...). ``test_fraction`` only applies to ``test_set: pooled``.
 

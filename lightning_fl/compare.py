@@ -24,10 +24,10 @@ from lightning_fl.functional.fairness import fairness_table
 
 # Command-line overrides that switch every config to one dataset (same seed, same partition).
 DATASETS: dict[str, list[str]] = {
-    **{f"synthetic_{v}": ["--data", "datamodules.SyntheticDataModule", "--data.variant", v,
+    **{f"synthetic_{v}": ["--data", "lightning_fl.datamodules.SyntheticDataModule", "--data.variant", v,
                           "--model.client.init_args.in_features", "60"]
        for v in ("0_0", "0.5_0.5", "1_1", "iid")},
-    "digits": ["--data", "datamodules.DigitsDataModule", "--data.partition", "dirichlet",
+    "digits": ["--data", "lightning_fl.datamodules.DigitsDataModule", "--data.partition", "dirichlet",
                "--data.dirichlet_alpha", "0.5", "--model.client.init_args.in_features", "64"],
 }
 

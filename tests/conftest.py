@@ -26,9 +26,9 @@ def tiny_config(log_dir: Path, **overrides: Any) -> dict[str, Any]:
             "logger": {"class_path": "pytorch_lightning.loggers.TensorBoardLogger",
                        "init_args": {"save_dir": str(log_dir), "name": "run"}},
             "callbacks": [
-                {"class_path": "callbacks.FedAvg"},
-                {"class_path": "callbacks.FairnessMetrics"},
-                {"class_path": "callbacks.RoundProgressBar"},
+                {"class_path": "lightning_fl.callbacks.FedAvg"},
+                {"class_path": "lightning_fl.callbacks.FairnessMetrics"},
+                {"class_path": "lightning_fl.callbacks.RoundProgressBar"},
                 {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
                  "init_args": {"save_last": True, "save_top_k": 0}},
             ],
@@ -41,7 +41,7 @@ def tiny_config(log_dir: Path, **overrides: Any) -> dict[str, Any]:
             "local_epochs": 2,
             "batch_size": 10,
         },
-        "data": {"class_path": "datamodules.SyntheticDataModule",
+        "data": {"class_path": "lightning_fl.datamodules.SyntheticDataModule",
                  "init_args": {"variant": "1_1", "num_clients": 6, "max_samples_per_client": 80}},
     }
     for dotted, value in overrides.items():

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import run_cli
 
-AGGREGATORS_TWICE = [{"class_path": "callbacks.FedAvg"}, {"class_path": "callbacks.FedProx"}]
+AGGREGATORS_TWICE = [{"class_path": "lightning_fl.callbacks.FedAvg"}, {"class_path": "lightning_fl.callbacks.FedProx"}]
 
 
 @pytest.mark.parametrize(("override", "message"), [
@@ -21,19 +21,19 @@ AGGREGATORS_TWICE = [{"class_path": "callbacks.FedAvg"}, {"class_path": "callbac
     ({"model.sampling": "random"}, "sampling must be one of uniform, by_samples, all; got 'random'"),
     ({"model.optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": -0.1}}},
      "optimizer.init_args.lr must be a number > 0; got -0.1"),
-    ({"data": {"class_path": "datamodules.SyntheticDataModule", "init_args": {"variant": "2_2"}}},
+    ({"data": {"class_path": "lightning_fl.datamodules.SyntheticDataModule", "init_args": {"variant": "2_2"}}},
      "variant must be one of 0_0, 0.5_0.5, 1_1, iid; got '2_2'"),
-    ({"data": {"class_path": "datamodules.DigitsDataModule", "init_args": {"partition": "zipf"}}},
+    ({"data": {"class_path": "lightning_fl.datamodules.DigitsDataModule", "init_args": {"partition": "zipf"}}},
      "partition must be one of iid, dirichlet, shards, quantity; got 'zipf'"),
-    ({"data": {"class_path": "datamodules.DigitsDataModule", "init_args": {"partition": "dirichlet",
+    ({"data": {"class_path": "lightning_fl.datamodules.DigitsDataModule", "init_args": {"partition": "dirichlet",
                                                                            "dirichlet_alpha": -1.0}}},
      "dirichlet_alpha"),
-    ({"data": {"class_path": "datamodules.SyntheticDataModule", "init_args": {"test_fraction": 1.5}}},
+    ({"data": {"class_path": "lightning_fl.datamodules.SyntheticDataModule", "init_args": {"test_fraction": 1.5}}},
      "test_fraction"),
     ({"model.client": {"class_path": "lightning_fl.models.LogisticRegression", "init_args": {"in_features": 784}}},
      "model.client input shape (784,) does not match the data's (60,)"),
     ({"trainer.callbacks": AGGREGATORS_TWICE}, "at most one aggregation callback; got FedAvg, FedProx"),
-    ({"trainer.callbacks": [{"class_path": "callbacks.FedProx", "init_args": {"mu": -1.0}}]},
+    ({"trainer.callbacks": [{"class_path": "lightning_fl.callbacks.FedProx", "init_args": {"mu": -1.0}}]},
      "mu must be a finite number >= 0; got -1.0"),
 ])
 def test_bad_config_fails_before_training_with_one_line(tiny, tmp_path, capsys, override, message):

@@ -62,9 +62,9 @@ def test_training_learns_on_synthetic(tiny, tmp_path):
     {},
     {"model.keep_client_optimizer_state": True,
      "model.optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.05, "momentum": 0.9}},
-     "trainer.callbacks": [{"class_path": "callbacks.FedProx", "init_args": {"mu": 0.1}},
-                           {"class_path": "callbacks.FairnessMetrics"},
-                           {"class_path": "callbacks.RoundsToTarget", "init_args": {"target": 0.99}},
+     "trainer.callbacks": [{"class_path": "lightning_fl.callbacks.FedProx", "init_args": {"mu": 0.1}},
+                           {"class_path": "lightning_fl.callbacks.FairnessMetrics"},
+                           {"class_path": "lightning_fl.callbacks.RoundsToTarget", "init_args": {"target": 0.99}},
                            {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
                             "init_args": {"save_last": True, "save_top_k": 0}}]},
 ], ids=["fedavg", "fedprox-momentum-kept-state"])
@@ -113,7 +113,7 @@ def test_validate_and_test_evaluate_every_client(tiny, tmp_path):
 
 def test_early_stopping_and_checkpoint_monitor_fairness_metrics(tiny, tmp_path):
     callbacks = [
-        {"class_path": "callbacks.FairnessMetrics"},
+        {"class_path": "lightning_fl.callbacks.FairnessMetrics"},
         # Patience 0 on a metric that must reach 2.0 stops at the second evaluation (round 4 of 10).
         {"class_path": "pytorch_lightning.callbacks.EarlyStopping",
          "init_args": {"monitor": "val/acc_worst20", "mode": "max", "patience": 0, "stopping_threshold": 2.0,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from callbacks.dwfed import DWFed
+from lightning_fl.callbacks.dwfed import DWFed
 from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import RecordingLoop, assert_cli_exits_2, events, namespace_update, shipped_config
 from tests.conftest import run_cli
@@ -115,7 +115,7 @@ def test_bad_hyperparameters_fail_with_one_line(kwargs, message):
 
 
 def test_cli_run_logs_weights_and_emd(tiny, tmp_path):
-    callbacks = [{"class_path": "callbacks.dwfed.DWFed", "init_args": {"figure_every_n_rounds": 2}}]
+    callbacks = [{"class_path": "lightning_fl.callbacks.dwfed.DWFed", "init_args": {"figure_every_n_rounds": 2}}]
     config = tiny(**{"trainer.callbacks": callbacks, "trainer.max_epochs": 3, "trainer.check_val_every_n_epoch": 3})
     assert run_cli("fit", "--config", str(config)) == 0
     logged = events(tmp_path)
@@ -129,7 +129,7 @@ def test_cli_run_logs_weights_and_emd(tiny, tmp_path):
     ("learning_rate", "eta_ish must be a number >= 0 or 'client_lr'; got 'learning_rate'"),
 ])
 def test_cli_bad_hyperparameters_exit_2_with_one_line(tiny, capsys, eta_ish, message):
-    assert_cli_exits_2(tiny, capsys, {"class_path": "callbacks.dwfed.DWFed", "init_args": {"eta_ish": eta_ish}}, message)
+    assert_cli_exits_2(tiny, capsys, {"class_path": "lightning_fl.callbacks.dwfed.DWFed", "init_args": {"eta_ish": eta_ish}}, message)
 
 
 def test_shipped_config_instantiates():

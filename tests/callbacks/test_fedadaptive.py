@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from callbacks.fedadaptive import AdaptiveServerOptimizer, FedAdagrad, FedAdam, FedYogi
+from lightning_fl.callbacks.fedadaptive import AdaptiveServerOptimizer, FedAdagrad, FedAdam, FedYogi
 from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import (
     assert_cli_resume_exact,
@@ -130,10 +130,10 @@ def test_base_class_is_not_an_algorithm():
 
 @pytest.mark.parametrize("name", ["FedAdam", "FedYogi", "FedAdagrad"])
 def test_cli_run_logs_moments(tiny, tmp_path, name):
-    assert run_with(tiny, {"class_path": f"callbacks.fedadaptive.{name}", "init_args": {"lr": 0.05}}) == 0
+    assert run_with(tiny, {"class_path": f"lightning_fl.callbacks.fedadaptive.{name}", "init_args": {"lr": 0.05}}) == 0
     assert_server_scalar_logged(tmp_path, "server/m_norm")
     assert_server_scalar_logged(tmp_path, "server/v_mean")
 
 
 def test_cli_resume_is_exact(tiny, tmp_path):
-    assert_cli_resume_exact(tiny, tmp_path, {"class_path": "callbacks.fedadaptive.FedAdam", "init_args": {"lr": 0.05}})
+    assert_cli_resume_exact(tiny, tmp_path, {"class_path": "lightning_fl.callbacks.fedadaptive.FedAdam", "init_args": {"lr": 0.05}})

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from callbacks.fedadp import FedAdp
+from lightning_fl.callbacks.fedadp import FedAdp
 from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import (
     assert_resume_exact,
@@ -111,7 +111,7 @@ def test_bad_arguments():
 
 
 def test_cli_run_logs_angles_and_weight_histogram(tiny, tmp_path):
-    assert run_with(tiny, {"class_path": "callbacks.fedadp.FedAdp", "init_args": {"alpha": 5.0}}) == 0
+    assert run_with(tiny, {"class_path": "lightning_fl.callbacks.fedadp.FedAdp", "init_args": {"alpha": 5.0}}) == 0
     assert_server_scalar_logged(tmp_path, "server/smoothed_angle_mean")
     acc = events(tmp_path)
     assert {"server/weights", "server/smoothed_angle"} <= set(acc.Tags()["histograms"])

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from callbacks.fedavgm import FedAvgM
+from lightning_fl.callbacks.fedavgm import FedAvgM
 from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import (
     assert_resume_exact,
@@ -78,5 +78,5 @@ def test_bad_arguments(kwargs, message):
 
 
 def test_cli_run_logs_velocity_norm(tiny, tmp_path):
-    assert run_with(tiny, {"class_path": "callbacks.fedavgm.FedAvgM", "init_args": {"beta": 0.9}}) == 0
+    assert run_with(tiny, {"class_path": "lightning_fl.callbacks.fedavgm.FedAvgM", "init_args": {"beta": 0.9}}) == 0
     assert_server_scalar_logged(tmp_path, "server/velocity_norm")

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from callbacks.fedfa import FedFa
-from callbacks.fedfa_mo import FedFaMo
+from lightning_fl.callbacks.fedfa import FedFa
+from lightning_fl.callbacks.fedfa_mo import FedFaMo
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import (
@@ -195,7 +195,7 @@ MOMENTUM_SGD = {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.05, "mome
 
 
 def test_cli_resume_2_plus_2_equals_4_and_logs_tensorboard(tiny, tmp_path):
-    class_path = "callbacks.fedfa.FedFa"
+    class_path = "lightning_fl.callbacks.fedfa.FedFa"
     entry = {"class_path": class_path, "init_args": {"server_momentum": 0.7, "figure_every_n_rounds": 2}}
     extra = {"trainer.callbacks": with_checkpoint(entry), "model.optimizer": MOMENTUM_SGD,
              "trainer.check_val_every_n_epoch": 4}
@@ -218,7 +218,7 @@ def test_cli_resume_2_plus_2_equals_4_and_logs_tensorboard(tiny, tmp_path):
     ({"momentum_form": "adam"}, "momentum_form must be one of heavy_ball, ema; got 'adam'"),
 ])
 def test_cli_bad_hyperparameters_exit_2_with_one_line(tiny, capsys, init_args, message):
-    assert_cli_exits_2(tiny, capsys, {"class_path": "callbacks.fedfa.FedFa", "init_args": init_args}, message)
+    assert_cli_exits_2(tiny, capsys, {"class_path": "lightning_fl.callbacks.fedfa.FedFa", "init_args": init_args}, message)
 
 
 

@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from callbacks.fednova import FedNova
+from lightning_fl.callbacks.fednova import FedNova
 from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import (
     assert_resume_exact,
@@ -86,7 +86,7 @@ def test_setup_checks_client_momentum():
 
 def test_cli_run_with_momentum_logs_tau_eff(tiny, tmp_path):
     optimizer = {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.05, "momentum": 0.5}}
-    assert run_with(tiny, {"class_path": "callbacks.fednova.FedNova"}, **{"model.optimizer": optimizer}) == 0
+    assert run_with(tiny, {"class_path": "lightning_fl.callbacks.fednova.FedNova"}, **{"model.optimizer": optimizer}) == 0
     tau_eff = assert_server_scalar_logged(tmp_path, "server/tau_eff")
     # tiny: 2 local epochs of batch 10 on <= 80 samples: tau_k <= 16; with momentum 0.5, a_k < 2 tau_k.
     assert all(0 < t < 32 for t in tau_eff)

@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from callbacks.fedavg import FedAvg
-from callbacks.igfl import IGFL
-from callbacks.igfl_client import IGFLClient
-from callbacks.igfl_server import IGFLServer
-from datamodules.federated_data import FederatedData
+from lightning_fl.callbacks.fedavg import FedAvg
+from lightning_fl.callbacks.igfl import IGFL
+from lightning_fl.callbacks.igfl_client import IGFLClient
+from lightning_fl.callbacks.igfl_server import IGFLServer
+from lightning_fl.datamodules.federated_data import FederatedData
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines import ENGINES, ClientHookSet, LocalTrainingContext, LocalTrainingPlan, SequentialEngine
 from lightning_fl.engines.base import epoch_permutation
@@ -330,7 +330,7 @@ def test_igfl_client_rejects_unknown_weighting():
 
 # ---------------------------------------------------------------------------------------- CLI
 def test_cli_resume_2_plus_2_equals_4_and_logs_attention(tiny, tmp_path):
-    class_path = "callbacks.igfl.IGFL"
+    class_path = "lightning_fl.callbacks.igfl.IGFL"
     init_args = {"attention": "time", "similarity": "cosine", "figure_every_n_rounds": 2}
     extra = {"trainer.callbacks": with_checkpoint({"class_path": class_path, "init_args": init_args}),
              "trainer.check_val_every_n_epoch": 4}
@@ -346,7 +346,7 @@ def test_cli_resume_2_plus_2_equals_4_and_logs_attention(tiny, tmp_path):
 
 
 def test_igfl_client_changes_training_compared_with_fedavg(tiny, tmp_path):
-    for cp in ("callbacks.FedAvg", "callbacks.igfl_client.IGFLClient"):
+    for cp in ("lightning_fl.callbacks.FedAvg", "lightning_fl.callbacks.igfl_client.IGFLClient"):
         # One round: dW_ps = dW_k_prev = 0, so IGFL-C's step is D_I (1 + 1/K), not FedAvg's D_I.
         config = tiny(**{"trainer.callbacks": with_checkpoint({"class_path": cp}), "trainer.max_epochs": 1})
         assert run_cli("fit", "--config", str(config)) == 0
@@ -355,8 +355,8 @@ def test_igfl_client_changes_training_compared_with_fedavg(tiny, tmp_path):
 
 
 @pytest.mark.parametrize(("class_path", "init_args", "message"), [
-    ("callbacks.igfl.IGFL", {"attention": "cross"}, "attention must be one of self, global, time; got 'cross'"),
-    ("callbacks.igfl_server.IGFLServer", {"temperature": -1.0}, "temperature must be a finite number > 0; got -1.0"),
+    ("lightning_fl.callbacks.igfl.IGFL", {"attention": "cross"}, "attention must be one of self, global, time; got 'cross'"),
+    ("lightning_fl.callbacks.igfl_server.IGFLServer", {"temperature": -1.0}, "temperature must be a finite number > 0; got -1.0"),
 ])
 def test_cli_bad_hyperparameters_exit_2_with_one_line(tiny, capsys, class_path, init_args, message):
     assert_cli_exits_2(tiny, capsys, {"class_path": class_path, "init_args": init_args}, message)

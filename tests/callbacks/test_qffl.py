@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from callbacks.qffl import QFFL
+from lightning_fl.callbacks.qffl import QFFL
 from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import (
@@ -88,7 +88,7 @@ def test_bad_arguments():
 
 
 def test_cli_run_logs_update_norm(tiny, tmp_path):
-    assert run_with(tiny, {"class_path": "callbacks.qffl.QFFL", "init_args": {"q": 1.0}}) == 0
+    assert run_with(tiny, {"class_path": "lightning_fl.callbacks.qffl.QFFL", "init_args": {"q": 1.0}}) == 0
     assert_server_scalar_logged(tmp_path, "server/update_norm")
     losses = assert_server_scalar_logged(tmp_path, "server/loss_before_mean")
     assert losses[-1] < losses[0]
@@ -96,7 +96,7 @@ def test_cli_run_logs_update_norm(tiny, tmp_path):
 
 def test_cli_momentum_is_a_one_line_config_error(tiny, tmp_path, capsys):
     optimizer = {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.05, "momentum": 0.9}}
-    config = tiny(**{"trainer.callbacks": [{"class_path": "callbacks.qffl.QFFL"}], "model.optimizer": optimizer})
+    config = tiny(**{"trainer.callbacks": [{"class_path": "lightning_fl.callbacks.qffl.QFFL"}], "model.optimizer": optimizer})
     assert run_cli("fit", "--config", str(config)) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last == ("error: optimizer: q-FFL needs torch.optim.SGD with momentum 0 (it takes L = 1/lr);"

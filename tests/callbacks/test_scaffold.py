@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from callbacks.scaffold import Scaffold
-from datamodules.federated_data import FederatedData
+from lightning_fl.callbacks.scaffold import Scaffold
+from lightning_fl.datamodules.federated_data import FederatedData
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines import ClientHookSet, LocalTrainingPlan, SequentialEngine, VectorizedEngine
 from lightning_fl.flat_state import FlatStateLayout
@@ -178,10 +178,10 @@ def test_momentum_optimizer_warns_once():
 
 # ------------------------------------------------------------------ end to end
 def test_cli_run_logs_control_norm(tiny, tmp_path):
-    assert run_with(tiny, {"class_path": "callbacks.scaffold.Scaffold"}) == 0
+    assert run_with(tiny, {"class_path": "lightning_fl.callbacks.scaffold.Scaffold"}) == 0
     norms = assert_server_scalar_logged(tmp_path, "server/control_norm")
     assert norms[-1] > 0
 
 
 def test_cli_resume_is_exact(tiny, tmp_path):
-    assert_cli_resume_exact(tiny, tmp_path, {"class_path": "callbacks.scaffold.Scaffold"})
+    assert_cli_resume_exact(tiny, tmp_path, {"class_path": "lightning_fl.callbacks.scaffold.Scaffold"})

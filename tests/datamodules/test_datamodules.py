@@ -7,15 +7,15 @@ import torch
 from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
-import datamodules
-from datamodules import (
+import lightning_fl.datamodules as datamodules
+from lightning_fl.datamodules import (
     DigitsDataModule,
     FederatedData,
     FederatedDataModule,
     PooledDataModule,
     SyntheticDataModule,
 )
-from datamodules.federated_data import offsets_from_sizes
+from lightning_fl.datamodules.federated_data import offsets_from_sizes
 
 
 class HandMade(FederatedDataModule):

@@ -1,4 +1,4 @@
-"""Tests for datamodules.partition (SPEC section 8)."""
+"""Tests for lightning_fl.datamodules.partition (SPEC section 8)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.partition import (
+from lightning_fl.datamodules.partition import (
     PARTITIONS,
     make_partition,
     partition_dirichlet,

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules import CIFAR10DataModule
-from datamodules.cifar10 import CIFAR10_FOLDER, load_cifar10, write_cifar_archive
-from datamodules.downloads import CorruptDataError, DataNotFoundError
+from lightning_fl.datamodules import CIFAR10DataModule
+from lightning_fl.datamodules.cifar10 import CIFAR10_FOLDER, load_cifar10, write_cifar_archive
+from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundError
 
 REPO = Path(__file__).resolve().parents[2]
 NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]

@@ -8,8 +8,8 @@ import importlib
 import pytest
 
 MODULES = [
-    "datamodules.downloads", "datamodules.idx", "datamodules.train_test_pool", "datamodules.mnist",
-    "datamodules.cifar10", "datamodules.leaf", "datamodules.shakespeare",
+    "lightning_fl.datamodules.downloads", "lightning_fl.datamodules.idx", "lightning_fl.datamodules.train_test_pool", "lightning_fl.datamodules.mnist",
+    "lightning_fl.datamodules.cifar10", "lightning_fl.datamodules.leaf", "lightning_fl.datamodules.shakespeare",
     "lightning_fl.models.lenet", "lightning_fl.models.cifar_cnn", "lightning_fl.models.char_lstm",
     "lightning_fl.models.resnet_gn",
 ]

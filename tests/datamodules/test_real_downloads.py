@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from datamodules.downloads import (
+from lightning_fl.datamodules.downloads import (
     CorruptDataError,
     DataNotFoundError,
     DownloadError,

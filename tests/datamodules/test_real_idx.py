@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules import FashionMNISTDataModule, MNISTDataModule
-from datamodules.downloads import CorruptDataError, DataNotFoundError
-from datamodules.idx import parse_idx, read_idx, write_idx
-from datamodules.mnist import FASHION_MNIST, MNIST, load_idx_dataset
-from datamodules.train_test_pool import deal_by_label, stratified_subsample
+from lightning_fl.datamodules import FashionMNISTDataModule, MNISTDataModule
+from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundError
+from lightning_fl.datamodules.idx import parse_idx, read_idx, write_idx
+from lightning_fl.datamodules.mnist import FASHION_MNIST, MNIST, load_idx_dataset
+from lightning_fl.datamodules.train_test_pool import deal_by_label, stratified_subsample
 from lightning_fl.validation import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -157,7 +157,7 @@ def test_download_from_file_url_mirror(tmp_path, monkeypatch):
     write_tiny_mnist(mirror)
     import dataclasses
 
-    import datamodules.mnist as mnist
+    import lightning_fl.datamodules.mnist as mnist
 
     files = tuple(dataclasses.replace(f, gz_md5=None, gz_size=None) for f in MNIST.files)
     tiny = dataclasses.replace(MNIST, files=files, urls=((tmp_path / "dead").as_uri() + "/", mirror.as_uri() + "/"))

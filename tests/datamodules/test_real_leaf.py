@@ -8,9 +8,9 @@ import re
 import pytest
 import torch
 
-from datamodules import LeafDataModule
-from datamodules.downloads import CorruptDataError, DataNotFoundError
-from datamodules.leaf import LEAF_LETTERS, encode_text
+from lightning_fl.datamodules import LeafDataModule
+from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundError
+from lightning_fl.datamodules.leaf import LEAF_LETTERS, encode_text
 from lightning_fl.validation import ConfigError
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.synthetic import SyntheticDataModule, generate_synthetic
+from lightning_fl.datamodules.synthetic import SyntheticDataModule, generate_synthetic
 
 
 def reference_sizes(seed: int, num_clients: int = 30) -> np.ndarray:

@@ -8,8 +8,8 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from callbacks.communication_cost import estimate_round_seconds, transfer_seconds
-from callbacks.fedavg import FedAvg
+from lightning_fl.callbacks.communication_cost import estimate_round_seconds, transfer_seconds
+from lightning_fl.callbacks.fedavg import FedAvg
 from lightning_fl.hierarchy import assign_clients
 from lightning_fl.rounds import RoundTraffic
 from lightning_fl.validation import ConfigError
@@ -76,7 +76,7 @@ def test_institution_rounds_happen_before_each_server_aggregation(tiny):
 
 
 def test_communication_bytes_follow_the_parameter_count(tiny, tmp_path):
-    comm = {"class_path": "callbacks.CommunicationCost"}
+    comm = {"class_path": "lightning_fl.callbacks.CommunicationCost"}
     flat = tiny(**{"trainer.callbacks": [comm, CKPT]})
     assert run_cli("fit", "--config", str(flat)) == 0
     model_bytes = (60 * 10 + 10) * 4  # LogisticRegression(60, 10) in fp32
@@ -99,7 +99,7 @@ def test_network_time_model_by_hand():
 
 
 def test_tempo_runs_and_resumes_exactly(tiny, tmp_path):
-    tempo = {"class_path": "callbacks.Tempo", "init_args": {"initial_epochs": 2}}
+    tempo = {"class_path": "lightning_fl.callbacks.Tempo", "init_args": {"initial_epochs": 2}}
     settings = {"model.hierarchy": _hierarchy(3, 2), "trainer.callbacks": [tempo, CKPT]}
     assert run_cli("fit", "--config", str(tiny(**settings))) == 0
     epochs = [_scalars(tmp_path, 0, f"tempo/epochs_{m}") for m in range(3)]
@@ -130,9 +130,9 @@ def test_bad_hierarchy_fails_with_one_line(tiny, capsys, hierarchy, message):
 
 
 def test_tempo_needs_a_hierarchy_and_positive_c(tiny, capsys):
-    assert run_cli("fit", "--config", str(tiny(**{"trainer.callbacks": [{"class_path": "callbacks.Tempo"}]}))) == 2
+    assert run_cli("fit", "--config", str(tiny(**{"trainer.callbacks": [{"class_path": "lightning_fl.callbacks.Tempo"}]}))) == 2
     assert "Tempo needs model.hierarchy" in capsys.readouterr().err
-    bad_c = {"class_path": "callbacks.Tempo", "init_args": {"initial_epochs": 0}}
+    bad_c = {"class_path": "lightning_fl.callbacks.Tempo", "init_args": {"initial_epochs": 0}}
     config = tiny(**{"trainer.callbacks": [bad_c], "model.hierarchy": _hierarchy()})
     assert run_cli("fit", "--config", str(config)) == 2
     assert "initial_epochs must be an integer >= 1; got 0" in capsys.readouterr().err

@@ -118,11 +118,11 @@ def test_char_lstm_trains_in_the_sequential_engine_on_shakespeare_text(tmp_path)
         "trainer": {"max_epochs": 2, "check_val_every_n_epoch": 1, "accelerator": "cpu", "enable_model_summary": False,
                     "logger": {"class_path": "pytorch_lightning.loggers.TensorBoardLogger",
                                "init_args": {"save_dir": str(tmp_path / "logs"), "name": "run"}},
-                    "callbacks": [{"class_path": "callbacks.FairnessMetrics"}]},
+                    "callbacks": [{"class_path": "lightning_fl.callbacks.FairnessMetrics"}]},
         "model": {"client": {"class_path": "lightning_fl.models.CharLSTM", "init_args": {"hidden_size": 16}},
                   "optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.5}},
                   "clients_per_round": 2, "local_epochs": 1, "batch_size": 10, "engine": "sequential"},
-        "data": {"class_path": "datamodules.ShakespeareDataModule",
+        "data": {"class_path": "lightning_fl.datamodules.ShakespeareDataModule",
                  "init_args": {"data_dir": str(tmp_path), "verify_checksums": False}},
     }
     assert run_cli("fit", "--config", str(write_config(tmp_path / "c.yaml", config))) == 0
