@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from bench.jobs import Job
 from lightning_fl.callbacks.fedavg import FedAvg
-from lightning_fl.datamodules.federated_data import FederatedData
+from lightning_fl.data import FederatedData
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines import ClientHookSet, LocalTrainingPlan, SequentialEngine, VectorizedEngine
 from lightning_fl.engines.base import num_local_steps

@@ -1,9 +1,12 @@
-"""Federated callbacks: aggregation (one per run), client-side algorithms, metrics, progress."""
+"""Federated callbacks: aggregation (one per run), client-side algorithms, metrics, progress.
+
+The base classes (:class:`~lightning_fl.callback.FederatedCallback`,
+:class:`~lightning_fl.callback.AggregationCallback`) are part of the core, :mod:`lightning_fl.callback`.
+"""
 
 if __name__ != "lightning_fl.callbacks":  # one import path per module (see pyproject.toml)
     raise ImportError(f"import this package as lightning_fl.callbacks, not {__name__}")
 
-from lightning_fl.callbacks.base import AggregationCallback, FederatedCallback
 from lightning_fl.callbacks.communication_cost import CommunicationCost
 from lightning_fl.callbacks.dwfed import DWFed
 from lightning_fl.callbacks.fairness_metrics import FairnessMetrics
@@ -32,7 +35,6 @@ __all__ = [
     "FedFaMo",
     "IGFLClient",
     "IGFLServer",
-    "AggregationCallback",
     "CommunicationCost",
     "FairnessMetrics",
     "FedAdagrad",
@@ -43,7 +45,6 @@ __all__ = [
     "FedNova",
     "FedProx",
     "FedYogi",
-    "FederatedCallback",
     "RoundProgressBar",
     "RoundsToTarget",
     "Scaffold",

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import pytorch_lightning as pl
 from typing_extensions import override
 
-from lightning_fl.callbacks.base import FederatedCallback
+from lightning_fl.callback import FederatedCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.rounds import RoundTraffic
 from lightning_fl.validation import check_non_negative, check_positive

@@ -9,7 +9,7 @@ import pytorch_lightning as pl
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.callbacks.base import AggregationCallback
+from lightning_fl.callback import AggregationCallback
 from lightning_fl.callbacks.fedfa import log_client_weights
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.dwfed import ish_weights

@@ -9,16 +9,15 @@ import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_info
 from typing_extensions import override
 
-from lightning_fl.callbacks.base import FederatedCallback
+from lightning_fl.callback import FederatedCallback
 from lightning_fl.evaluation import ClientEvaluation
+from lightning_fl.reporting.tables import fairness_csv, fairness_table
 from lightning_fl.functional.fairness import (
     FAIRNESS_KEYS,
     client_accuracies,
-    fairness_csv,
     fairness_metrics,
-    fairness_table,
 )
-from lightning_fl.functional.figures import accuracy_histogram_figure
+from lightning_fl.reporting.figures import accuracy_histogram_figure
 
 if TYPE_CHECKING:
     from lightning_fl.loop import FederatedLoop

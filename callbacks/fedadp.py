@@ -10,7 +10,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.callbacks._common import log_server_histogram, log_server_scalars
-from lightning_fl.callbacks.base import AggregationCallback
+from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.fedadp import fedadp_weights
 from lightning_fl.functional.weights import weighted_average

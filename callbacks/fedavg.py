@@ -8,7 +8,7 @@ import pytorch_lightning as pl
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.callbacks.base import AggregationCallback
+from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.weights import WEIGHTINGS, fedavg_weights, weighted_average
 from lightning_fl.validation import check_choice

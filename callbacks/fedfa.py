@@ -10,10 +10,10 @@ from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.callbacks.base import AggregationCallback
+from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.fedfa import MOMENTUM_FORMS, fedfa_weights, server_momentum_step
-from lightning_fl.functional.figures import weights_figure
+from lightning_fl.reporting.figures import weights_figure
 from lightning_fl.functional.weights import weighted_average
 from lightning_fl.validation import ConfigError, check_choice, check_non_negative, check_positive, check_range
 

@@ -11,7 +11,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.callbacks._common import describe_optimizer, log_server_scalars, probe_client_optimizer
-from lightning_fl.callbacks.base import AggregationCallback
+from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.fednova import fednova_step
 from lightning_fl.validation import ConfigError

@@ -9,10 +9,10 @@ import pytorch_lightning as pl
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.callbacks.base import AggregationCallback
+from lightning_fl.callback import AggregationCallback
 from lightning_fl.callbacks.igfl_client import IGFLMemory, IGFLMemoryState
 from lightning_fl.engines.cohort import CohortUpdate
-from lightning_fl.functional.figures import attention_figure
+from lightning_fl.reporting.figures import attention_figure
 from lightning_fl.functional.igfl import ATTENTION_MODES, SIMILARITIES, igfl_attention_aggregate
 from lightning_fl.validation import ConfigError, check_choice
 

@@ -10,7 +10,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.callbacks._common import describe_optimizer, is_plain_sgd, log_server_scalars, probe_client_optimizer
-from lightning_fl.callbacks.base import AggregationCallback
+from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.qffl import qffl_step
 from lightning_fl.validation import ConfigError, check_non_negative

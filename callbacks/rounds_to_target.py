@@ -12,7 +12,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_info
 from typing_extensions import override
 
-from lightning_fl.callbacks.base import FederatedCallback
+from lightning_fl.callback import FederatedCallback
 from lightning_fl.validation import check_choice
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from lightning_fl.callbacks._common import (
     log_server_scalars,
     probe_client_optimizer,
 )
-from lightning_fl.callbacks.base import AggregationCallback
+from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.functional.scaffold import scaffold_client_control, scaffold_correct_grad, scaffold_server_step

@@ -8,7 +8,7 @@ import pytorch_lightning as pl
 import torch
 from typing_extensions import override
 
-from lightning_fl.callbacks.base import FederatedCallback
+from lightning_fl.callback import FederatedCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.tempo import institution_distances, tempo_local_epochs
 from lightning_fl.validation import ConfigError, check_positive

@@ -12,9 +12,10 @@ from __future__ import annotations
 if __name__ != "lightning_fl.datamodules":  # one import path per module (see pyproject.toml)
     raise ImportError(f"import this package as lightning_fl.datamodules, not {__name__}")
 
-from lightning_fl.datamodules.base import FederatedDataModule, build_from_pooled
+from lightning_fl.datamodule import FederatedDataModule
+from lightning_fl.datamodules.assemble import build_from_pooled
 from lightning_fl.datamodules.digits import DigitsDataModule
-from lightning_fl.datamodules.federated_data import FederatedData
+from lightning_fl.data import FederatedData
 from lightning_fl.datamodules.partition import (
     PARTITIONS,
     make_partition,

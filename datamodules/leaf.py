@@ -23,9 +23,9 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.datamodules.base import FederatedDataModule
+from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundError, missing_message
-from lightning_fl.datamodules.federated_data import FederatedData, offsets_from_sizes
+from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.datamodules.partition import split_train_test
 from lightning_fl.seeding import generator_for
 from lightning_fl.validation import ConfigError, check_positive

@@ -32,12 +32,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_fl.validation import ConfigError, check_choice, check_positive, check_range
+from lightning_fl.validation import ConfigError, check_choice, check_positive, check_range, check_test_fraction
 
 __all__ = [
     "PARTITIONS",
     "QUANTITY_DISTRIBUTIONS",
-    "check_test_fraction",
     "make_partition",
     "partition_dirichlet",
     "partition_iid",
@@ -438,12 +437,6 @@ def split_train_test(indices: Tensor, test_fraction: float, generator: torch.Gen
     n_test = min(int(round(test_fraction * n)), max(n - 1, 0))
     perm = indices[torch.randperm(n, generator=generator)]
     return perm[n_test:].sort().values, perm[:n_test].sort().values
-
-
-def check_test_fraction(test_fraction: float) -> None:
-    """Raise ``ConfigError`` unless ``0 <= test_fraction < 1``."""
-    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 <= test_fraction < 1:
-        raise ConfigError(f"test_fraction must be a number in [0, 1); got {test_fraction!r}")
 
 
 # ----------------------------------------------------------------------------- registry

@@ -13,8 +13,9 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.datamodules.base import FederatedDataModule, build_from_pooled
-from lightning_fl.datamodules.federated_data import FederatedData
+from lightning_fl.datamodule import FederatedDataModule
+from lightning_fl.datamodules.assemble import build_from_pooled
+from lightning_fl.data import FederatedData
 from lightning_fl.datamodules.partition import PARTITIONS, QUANTITY_DISTRIBUTIONS, make_partition, validate_partition
 from lightning_fl.seeding import generator_for
 from lightning_fl.validation import ConfigError, check_choice, check_positive

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.datamodules.federated_data import FederatedData, offsets_from_sizes
+from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.datamodules.partition import largest_remainder, make_partition
 from lightning_fl.datamodules.pooled import PooledDataModule
 from lightning_fl.seeding import generator_for

@@ -7,7 +7,7 @@ import warnings
 
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 
-from lightning_fl.datamodules.base import FederatedDataModule
+from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.loop import FederatedLoop
 from lightning_fl.validation import ConfigError, DivergenceError
 

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lightning_fl.functional.fairness import fairness_table
+from lightning_fl.reporting.tables import fairness_table
 
 # Command-line overrides that switch every config to one dataset (same seed, same partition).
 DATASETS: dict[str, list[str]] = {

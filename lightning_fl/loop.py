@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import time
 from typing import Any
 
@@ -14,7 +15,8 @@ from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.datamodules.base import FederatedDataModule
+from lightning_fl.datamodule import FederatedDataModule
+from lightning_fl.callback import AggregationCallback, FederatedCallback
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines import (
     ENGINE_CHOICES,
@@ -34,6 +36,8 @@ from lightning_fl.seeding import derive_seed
 from lightning_fl.validation import ConfigError, DivergenceError, check_choice, check_positive
 
 SUPPORTED_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
+#: Added to ``trainer.callbacks`` when missing: the aggregation (unless the run has one) and the metrics.
+DEFAULT_CALLBACKS = ("lightning_fl.callbacks.FedAvg", "lightning_fl.callbacks.FairnessMetrics")
 
 
 class FederatedLoop(LightningModule):
@@ -137,18 +141,18 @@ class FederatedLoop(LightningModule):
     # ------------------------------------------------------------------ set-up
     @override
     def configure_callbacks(self) -> list[pl.Callback]:
-        from lightning_fl.callbacks.base import AggregationCallback
-        from lightning_fl.callbacks.fairness_metrics import FairnessMetrics
-        from lightning_fl.callbacks.fedavg import FedAvg
-
         existing = self.trainer.callbacks
         aggregators = [c for c in existing if isinstance(c, AggregationCallback)]
         if len(aggregators) > 1:
             names = ", ".join(type(c).__name__ for c in aggregators)
             raise ConfigError(f"trainer.callbacks must contain at most one aggregation callback; got {names}")
-        added: list[pl.Callback] = [] if aggregators else [FedAvg()]
-        if not any(isinstance(c, FairnessMetrics) for c in existing):
-            added.append(FairnessMetrics())
+        added: list[pl.Callback] = []
+        for class_path in DEFAULT_CALLBACKS:
+            # By class path, like a config entry: the core never imports the algorithms package.
+            cls = _import_class(class_path)
+            if not any(isinstance(c, cls) for c in existing) and not (
+                    issubclass(cls, AggregationCallback) and aggregators):
+                added.append(cls())
         return added
 
     @override
@@ -192,8 +196,6 @@ class FederatedLoop(LightningModule):
 
     @override
     def on_fit_start(self) -> None:
-        from lightning_fl.callbacks.base import AggregationCallback, FederatedCallback
-
         self.engine.setup(self.model, self.data, self.store)
         self.hooks = ClientHookSet(self.trainer.callbacks)
         self.aggregator = next(c for c in self.trainer.callbacks if isinstance(c, AggregationCallback))
@@ -279,8 +281,6 @@ class FederatedLoop(LightningModule):
         self.last_evaluation = ClientEvaluation(stage, self.rounds_completed, correct, total, loss_sum)
 
     def _dispatch_evaluation(self) -> None:
-        from lightning_fl.callbacks.base import FederatedCallback
-
         evaluation = self.last_evaluation
         self.log_round({f"{evaluation.stage}/loss": evaluation.pooled_loss}, step=evaluation.round_number)
         for callback in self.trainer.callbacks:
@@ -359,3 +359,8 @@ def _probe_optimizer(optimizer: OptimizerCallable) -> tuple[float, float]:
     if lr is None or not lr > 0 or lr != lr:
         raise ConfigError(f"optimizer.init_args.lr must be a number > 0; got {probe.defaults.get('lr')!r}")
     return lr, float(probe.defaults.get("momentum", 0.0) or 0.0)
+
+
+def _import_class(class_path: str) -> type:
+    module, _, name = class_path.rpartition(".")
+    return getattr(importlib.import_module(module), name)

@@ -46,3 +46,9 @@ def check_non_negative(name: str, value: float) -> None:
     """Raise ``ConfigError`` unless ``value`` is a finite number >= 0."""
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
         raise ConfigError(f"{name} must be a finite number >= 0; got {value!r}")
+
+
+def check_test_fraction(test_fraction: float) -> None:
+    """Raise ``ConfigError`` unless ``0 <= test_fraction < 1``."""
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 <= test_fraction < 1:
+        raise ConfigError(f"test_fraction must be a number in [0, 1); got {test_fraction!r}")

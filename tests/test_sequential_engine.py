@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from lightning_fl.callbacks.fedavg import FedAvg
 from lightning_fl.callbacks.fedprox import FedProx
-from lightning_fl.datamodules.federated_data import FederatedData, offsets_from_sizes
+from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines import ClientHookSet, LocalTrainingPlan, SequentialEngine
 from lightning_fl.engines.base import epoch_permutation

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_fl.datamodules.federated_data import FederatedData, offsets_from_sizes
+from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines import (
     ClientHooks,

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from lightning_fl.datamodules.federated_data import FederatedData
+from lightning_fl.data import FederatedData
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
 from lightning_fl.engines.hooks import ClientHookSet

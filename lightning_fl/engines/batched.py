@@ -142,39 +142,6 @@ class FoldedNorm(FoldedLayer):
         return ys.reshape(y.shape)
 
 
-def folded_layer_types() -> dict[type[nn.Module], type[FoldedLayer]]:
-    """Layer type -> batched formulation (exact types: a subclass may change ``forward``)."""
-    from lightning_fl.engines.batched_rnn import FoldedRNN
-
-    table: dict[type[nn.Module], type[FoldedLayer]] = {nn.Linear: FoldedLinear, nn.Embedding: FoldedEmbedding}
-    table.update({cls: FoldedConv for cls in (nn.Conv1d, nn.Conv2d, nn.Conv3d)})
-    table.update({cls: FoldedNorm for cls in (nn.GroupNorm, nn.LayerNorm)})
-    table.update({cls: FoldedRNN for cls in (nn.LSTM, nn.GRU, nn.RNN)})
-    return table
-
-
-class FoldedForward(CohortForward):
-    """The model's own ``forward`` on the folded batch with batched layers swapped in (module doc)."""
-
-    kind = "batched"
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.module = copy.deepcopy(model)
-        table = folded_layer_types()
-        for name, sub in list(self.module.named_modules()):
-            make = table.get(type(sub))
-            if make is None:
-                continue
-            parent_name, _, attr = name.rpartition(".")
-            setattr(self.module.get_submodule(parent_name), attr, make(sub, name + ".", self))
-        self.module.train()
-
-    @override
-    def __call__(self, x: Tensor) -> Tensor:
-        return self.module(x)
-
-
 class VmapForward(CohortForward):
     """``vmap(functional_call(model, params_c, x_c))`` over the cohort: any vmap-able model."""
 

@@ -5,7 +5,7 @@ Order of preference (fastest first):
 1. ``fused-linear``: hand-written gradients of a Linear/activation chain with the default loss, fp32
    (:mod:`lightning_fl.engines.fused`);
 2. ``batched``: the model's forward with batched layers swapped in, autograd
-   (:class:`~lightning_fl.engines.batched.FoldedForward`);
+   (:class:`~lightning_fl.engines.folded.FoldedForward`);
 3. ``vmap``: ``functional_call`` under ``vmap`` for layers without a batched formulation.
 
 Models that keep batch statistics (BatchNorm, InstanceNorm with running stats) cannot be trained as
@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from lightning_fl.engines.batched import CohortForward, FoldedForward, VmapForward, folded_layer_types
+from lightning_fl.engines.batched import CohortForward, VmapForward
+from lightning_fl.engines.folded import FoldedForward, folded_layer_types
 from lightning_fl.engines.fused import FusedLinearChain, linear_chain
 from lightning_fl.models.base import ClientModule
 

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.datamodules.federated_data import FederatedData
+from lightning_fl.data import FederatedData
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines.base import ClientEngine, epoch_permutation
 from lightning_fl.engines.cohort import LocalTrainingContext

@@ -25,7 +25,7 @@ from torch.func import vmap
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_fl.datamodules.federated_data import FederatedData
+from lightning_fl.data import FederatedData
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines.base import ClientEngine, LocalTrainingPlan
 from lightning_fl.engines.cohort import LocalTrainingContext

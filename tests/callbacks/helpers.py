@@ -12,10 +12,10 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import Tensor
 
-from lightning_fl.callbacks.base import AggregationCallback
+from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.flat_state import FlatStateLayout
-from lightning_fl.datamodules.federated_data import FederatedData, offsets_from_sizes
+from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.cli import FederatedCLI
 from tests.conftest import run_cli
 

@@ -13,7 +13,7 @@ from lightning_fl.callbacks.fedavg import FedAvg
 from lightning_fl.callbacks.igfl import IGFL
 from lightning_fl.callbacks.igfl_client import IGFLClient
 from lightning_fl.callbacks.igfl_server import IGFLServer
-from lightning_fl.datamodules.federated_data import FederatedData
+from lightning_fl.data import FederatedData
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines import ENGINES, ClientHookSet, LocalTrainingContext, LocalTrainingPlan, SequentialEngine
 from lightning_fl.engines.base import epoch_permutation

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from lightning_fl.callbacks.scaffold import Scaffold
-from lightning_fl.datamodules.federated_data import FederatedData
+from lightning_fl.data import FederatedData
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines import ClientHookSet, LocalTrainingPlan, SequentialEngine, VectorizedEngine
 from lightning_fl.flat_state import FlatStateLayout

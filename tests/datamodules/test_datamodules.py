@@ -15,7 +15,7 @@ from lightning_fl.datamodules import (
     PooledDataModule,
     SyntheticDataModule,
 )
-from lightning_fl.datamodules.federated_data import offsets_from_sizes
+from lightning_fl.data import offsets_from_sizes
 
 
 class HandMade(FederatedDataModule):

@@ -10,6 +10,7 @@ import pytest
 MODULES = [
     "lightning_fl.datamodules.downloads", "lightning_fl.datamodules.idx", "lightning_fl.datamodules.train_test_pool", "lightning_fl.datamodules.mnist",
     "lightning_fl.datamodules.cifar10", "lightning_fl.datamodules.leaf", "lightning_fl.datamodules.shakespeare",
+    "lightning_fl.datamodule", "lightning_fl.reporting.tables",
     "lightning_fl.models.lenet", "lightning_fl.models.cifar_cnn", "lightning_fl.models.char_lstm",
     "lightning_fl.models.resnet_gn",
 ]

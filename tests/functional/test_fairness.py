@@ -7,12 +7,11 @@ import math
 import pytest
 import torch
 
+from lightning_fl.reporting.tables import fairness_csv, fairness_table
 from lightning_fl.functional.fairness import (
     FAIRNESS_KEYS,
     client_accuracies,
-    fairness_csv,
     fairness_metrics,
-    fairness_table,
     first_reaching,
     tail_count,
 )

@@ -1,4 +1,4 @@
-"""Tests for lightning_fl.functional.figures (SPEC sections 4 and 7)."""
+"""Tests for lightning_fl.reporting.figures (SPEC sections 4 and 7)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from lightning_fl.functional.figures import (
+from lightning_fl.reporting.figures import (
     accuracy_histogram_figure,
     attention_figure,
     figure_to_image,

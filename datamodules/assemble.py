@@ -1,0 +1,67 @@
+"""Assemble a federation from a pooled data set and per-client index lists (SPEC section 8)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from lightning_fl.data import FederatedData, offsets_from_sizes
+from lightning_fl.datamodules.partition import split_train_test
+from lightning_fl.validation import ConfigError, check_test_fraction
+
+__all__ = ["build_from_pooled"]
+
+
+def build_from_pooled(
+    x: Tensor,
+    y: Tensor,
+    client_indices: list[Tensor],
+    num_classes: int,
+    test_fraction: float,
+    generator: torch.Generator,
+) -> FederatedData:
+    """Assemble :class:`FederatedData` from a pooled dataset and per-client index lists (SPEC section 8).
+
+    Each client's indices are split into train and test with :func:`~lightning_fl.datamodules.partition.split_train_test`
+    (clients in order, all drawing from ``generator``); the splits are concatenated client by client.
+
+    Args:
+        x: ``(n, ...)`` pooled inputs.
+        y: ``(n,)`` pooled integer labels in ``[0, num_classes)``.
+        client_indices: One 1-D index tensor per client (indices into ``x``/``y``).
+        num_classes: Number of label classes.
+        test_fraction: Per-client test fraction in ``[0, 1)``.
+        generator: Source of randomness for the splits.
+
+    Returns:
+        The federation, labels as ``long``.
+
+    Raises:
+        ConfigError: If ``x`` and ``y`` differ in length, a label is outside ``[0, num_classes)`` or
+            ``test_fraction`` is outside ``[0, 1)``.
+        ValueError: If a client ends up with no training sample (from :class:`FederatedData`).
+
+    Example:
+        >>> x, y = torch.randn(10, 3), torch.arange(10) % 2
+        >>> data = build_from_pooled(x, y, [torch.arange(5), torch.arange(5, 10)], 2, 0.2, torch.Generator())
+        >>> data.train_sizes().tolist(), data.test_sizes().tolist()
+        ([4, 4], [1, 1])
+    """
+    check_test_fraction(test_fraction)
+    if len(x) != len(y):
+        raise ConfigError(f"x and y must have the same number of samples; got {len(x)} and {len(y)}")
+    y = torch.as_tensor(y).long()
+    if len(y) and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+        raise ConfigError(f"labels must lie in [0, {num_classes}) (num_classes); got {int(y.min())}..{int(y.max())}")
+    splits = [split_train_test(idx, test_fraction, generator) for idx in client_indices]
+    train = torch.cat([tr for tr, _ in splits]) if splits else torch.zeros(0, dtype=torch.long)
+    test = torch.cat([te for _, te in splits]) if splits else torch.zeros(0, dtype=torch.long)
+    return FederatedData(
+        x_train=x[train],
+        y_train=y[train],
+        train_offsets=offsets_from_sizes([len(tr) for tr, _ in splits]),
+        x_test=x[test],
+        y_test=y[test],
+        test_offsets=offsets_from_sizes([len(te) for _, te in splits]),
+        num_classes=int(num_classes),
+    )

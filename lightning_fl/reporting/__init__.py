@@ -1,0 +1,1 @@
+"""Reporting: figures for TensorBoard and tables for the terminal and files (no math, no state)."""
