@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-import pytorch_lightning as pl
 from typing_extensions import override
 
 from lightning_fl.callback import FederatedCallback
-from lightning_fl.engines.cohort import CohortUpdate
-from lightning_fl.rounds import RoundTraffic
+from lightning_fl.federation import Federation
+from lightning_fl.round_logger import RoundLogger
+from lightning_fl.round_result import RoundResult, RoundTraffic
 from lightning_fl.validation import check_non_negative, check_positive
-
-if TYPE_CHECKING:
-    from lightning_fl.loop import FederatedLoop
 
 
 def transfer_seconds(num_bytes: int, bandwidth_mbps: float, latency_ms: float) -> float:
@@ -73,12 +68,13 @@ class CommunicationCost(FederatedCallback):
         self.client_link = None if client_bandwidth_mbps is None else (client_bandwidth_mbps, client_latency_ms)
         self.institution_link = (None if institution_bandwidth_mbps is None
                                  else (institution_bandwidth_mbps, institution_latency_ms))
-        self.total_bytes: dict[str, int] = {}
-        self.elapsed_seconds = 0.0
+        self.add_server_state("total_bytes", {})  # link level -> bytes sent both ways so far
+        self.add_server_state("elapsed_seconds", 0.0)
 
     @override
-    def on_round_end(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, update: CohortUpdate) -> None:
-        traffic = loop.last_traffic
+    def on_round_end(self, round_idx: int, result: RoundResult, federation: Federation,
+                     log: RoundLogger) -> None:
+        traffic = result.traffic
         metrics: dict[str, float] = {}
         for level, transfers in traffic.transfers.items():
             sent = transfers * traffic.model_bytes
@@ -93,13 +89,4 @@ class CommunicationCost(FederatedCallback):
             self.elapsed_seconds += seconds
             metrics["net/round_seconds"] = seconds
             metrics["net/elapsed_seconds"] = self.elapsed_seconds
-        loop.log_round(metrics, step=round_idx + 1)
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return {"total_bytes": dict(self.total_bytes), "elapsed_seconds": self.elapsed_seconds}
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.total_bytes = dict(state_dict["total_bytes"])
-        self.elapsed_seconds = state_dict["elapsed_seconds"]
+        log.log_scalars(metrics)

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import pytorch_lightning as pl
+from lightning_fl.callbacks.fedfa import log_client_weights
 from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.callback import AggregationCallback
-from lightning_fl.callbacks.fedfa import log_client_weights
 from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.federation import Federation
 from lightning_fl.functional.dwfed import ish_weights
 from lightning_fl.functional.label_stats import emd_to_population
 from lightning_fl.functional.weights import weighted_average
+from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import ConfigError
-
-if TYPE_CHECKING:
-    from lightning_fl.loop import FederatedLoop
 
 CLIENT_LR = "client_lr"
 
@@ -40,7 +38,7 @@ class DWFed(AggregationCallback):
       makes too). ``P`` covers all clients, not only the cohort.
     - ``eta_ish = 1`` is eq. 12 (default). The algorithm box writes the client learning rate ``eta``
       there instead; ``eta_ish: client_lr`` selects that variant and reads the client optimizer's
-      ``lr`` (``loop.client_lr``) each round.
+      ``lr`` (``federation.optimizer.lr``) each round.
     - If every ``ISH_k`` clamps to 0 the weights fall back to uniform (SPEC section 1) with a warning
       logged once; a one-client cohort gets weight 1.
     - DWFed keeps no state across rounds.
@@ -82,28 +80,27 @@ class DWFed(AggregationCallback):
         self.figure_every_n_rounds = figure_every_n_rounds
         self._emd_cache: tuple[Any, Tensor] | None = None
 
-    def eta(self, loop: Any) -> float:
+    def eta(self, federation: Federation) -> float:
         """The ``eta`` used in ``ISH_k`` (the client lr for ``eta_ish: client_lr``)."""
-        return float(loop.client_lr) if self.eta_ish == CLIENT_LR else float(self.eta_ish)
+        return float(federation.optimizer.lr) if self.eta_ish == CLIENT_LR else float(self.eta_ish)
 
-    def population_emd(self, loop: Any) -> Tensor:
+    def population_emd(self, federation: Federation) -> Tensor:
         """``(N,)`` float64 ``D_k`` of every client (computed once per data object)."""
-        if self._emd_cache is None or self._emd_cache[0] is not loop.data:
-            self._emd_cache = (loop.data, emd_to_population(loop.data.label_histograms("train")))
+        if self._emd_cache is None or self._emd_cache[0] is not federation.label_histograms:
+            self._emd_cache = (federation.label_histograms, emd_to_population(federation.label_histograms))
         return self._emd_cache[1]
 
     @override
-    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
-                  update: CohortUpdate) -> Tensor:
-        all_emd = self.population_emd(loop)
+    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                  log: RoundLogger) -> Tensor:
+        all_emd = self.population_emd(federation)
         emd = all_emd[update.client_ids.to(all_emd.device).long()].to(device=global_w.device)
         samples = update.num_samples.to(global_w.device) if self.weight_by_samples else None
-        weights, degenerate = ish_weights(emd, update.cohort_size, self.eta(loop), samples)
+        weights, degenerate = ish_weights(emd, update.cohort_size, self.eta(federation), samples)
         if degenerate:
             self.warn_degenerate_once("ISH weights", round_idx)
         weights = weights.to(global_w.dtype)
         figure = self.figure_every_n_rounds > 0 and round_idx % self.figure_every_n_rounds == 0
-        log_client_weights(loop, round_idx, weights, update.client_ids, "DWFed weights", figure)
-        for writer in loop.tensorboard():
-            writer.add_histogram("server/emd", emd.float().cpu(), round_idx + 1)
+        log_client_weights(log, weights, update.client_ids, "DWFed weights", figure)
+        log.log_histogram("server/emd", emd.float())
         return weighted_average(update.weights, weights)

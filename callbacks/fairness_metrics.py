@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_info
@@ -11,16 +10,15 @@ from typing_extensions import override
 
 from lightning_fl.callback import FederatedCallback
 from lightning_fl.evaluation import ClientEvaluation
-from lightning_fl.reporting.tables import fairness_csv, fairness_table
+from lightning_fl.federation import Federation
 from lightning_fl.functional.fairness import (
     FAIRNESS_KEYS,
     client_accuracies,
     fairness_metrics,
 )
 from lightning_fl.reporting.figures import accuracy_histogram_figure
-
-if TYPE_CHECKING:
-    from lightning_fl.loop import FederatedLoop
+from lightning_fl.reporting.tables import fairness_csv, fairness_table
+from lightning_fl.round_logger import RoundLogger
 
 
 class FairnessMetrics(FederatedCallback):
@@ -46,43 +44,45 @@ class FairnessMetrics(FederatedCallback):
     def __init__(self, histogram_every: int = 1, method_name: str | None = None) -> None:
         self.histogram_every = histogram_every
         self.method_name = method_name
-        self.history: list[dict[str, float]] = []
+        self.add_server_state("history", [])  # every evaluation: stage, round and the metrics
+        self._aggregation = "FairnessMetrics"
 
     @override
-    def on_clients_evaluated(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int,
-                             evaluation: ClientEvaluation) -> None:
+    def on_federation_setup(self, federation: Federation) -> None:
+        self._aggregation = federation.aggregation
+
+    @override
+    def on_clients_evaluated(self, round_idx: int, evaluation: ClientEvaluation, federation: Federation,
+                             log: RoundLogger) -> None:
+        self._aggregation = federation.aggregation
         metrics = fairness_metrics(evaluation.correct, evaluation.total)
         stage = evaluation.stage
-        loop.log_round({f"{stage}/{k}": v for k, v in metrics.items()}, step=evaluation.round_number,
-                       prog_bar=(f"{stage}/acc_mean",))
+        log.log_scalars({f"{stage}/{k}": v for k, v in metrics.items()}, prog_bar=(f"{stage}/acc_mean",))
         self.history.append({"stage": stage, "round": evaluation.round_number, **metrics})
         evaluations = sum(1 for row in self.history if row["stage"] == stage)
         if (evaluations - 1) % self.histogram_every == 0:
             accuracies = client_accuracies(evaluation.correct, evaluation.total)
-            for writer in loop.tensorboard():
-                writer.add_histogram(f"{stage}/client_acc", accuracies[~accuracies.isnan()], evaluation.round_number)
-                writer.add_figure(f"{stage}/client_acc_figure",
-                                  accuracy_histogram_figure(accuracies, evaluation.round_number),
-                                  evaluation.round_number)
+            log.log_histogram(f"{stage}/client_acc", accuracies[~accuracies.isnan()])
+            log.log_figure(f"{stage}/client_acc_figure", accuracy_histogram_figure(accuracies, evaluation.round_number))
 
     @override
-    def on_fit_end(self, trainer: pl.Trainer, pl_module: FederatedLoop) -> None:
-        self._write_summary(trainer, pl_module, "val")
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._write_summary(trainer, "val")
 
     @override
-    def on_test_end(self, trainer: pl.Trainer, pl_module: FederatedLoop) -> None:
-        self._write_summary(trainer, pl_module, "test")
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._write_summary(trainer, "test")
 
     def latest(self, stage: str = "val") -> dict[str, float] | None:
         """The most recent metrics of ``stage``, or ``None`` before the first evaluation."""
         rows = [row for row in self.history if row["stage"] == stage]
         return rows[-1] if rows else None
 
-    def _write_summary(self, trainer: pl.Trainer, loop: FederatedLoop, stage: str) -> None:
+    def _write_summary(self, trainer: pl.Trainer, stage: str) -> None:
         row = self.latest(stage)
         if row is None:
             return
-        name = self.method_name or type(getattr(loop, "aggregator", None) or self).__name__
+        name = self.method_name or self._aggregation
         table = fairness_table({name: row})
         rank_zero_info(f"\nFairness of the global model after {row['round']} rounds ({stage} split of every client):\n"
                        f"{table}")
@@ -98,11 +98,3 @@ class FairnessMetrics(FederatedCallback):
             f.write(",".join(("stage", "round", *FAIRNESS_KEYS)) + "\n")
             for h in self.history:
                 f.write(",".join([h["stage"], str(h["round"])] + [repr(h[k]) for k in FAIRNESS_KEYS]) + "\n")
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return {"history": list(self.history)}
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.history = list(state_dict["history"])

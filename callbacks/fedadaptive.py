@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import ClassVar
 
-import pytorch_lightning as pl
 import torch
+from lightning_fl.callbacks.fedavg import FedAvg
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.callbacks._common import clone_or_none, log_server_scalars, moved
-from lightning_fl.callbacks.fedavg import FedAvg
 from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.federation import Federation
 from lightning_fl.functional.server_optimizers import adaptive_server_step
+from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import check_positive, check_range
-
-if TYPE_CHECKING:
-    from lightning_fl.loop import FederatedLoop
 
 
 class AdaptiveServerOptimizer(FedAvg):
@@ -78,28 +75,19 @@ class AdaptiveServerOptimizer(FedAvg):
         self.beta1 = float(beta1)
         self.beta2 = float(beta2)
         self.tau = float(tau)
-        self.m: Tensor | None = None
-        self.v: Tensor | None = None
+        self.add_server_state("m")  # (d,) after the first round
+        self.add_server_state("v")
 
     @override
-    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
-                  update: CohortUpdate) -> Tensor:
+    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                  log: RoundLogger) -> Tensor:
         avg_w = self.average(round_idx, global_w, update)
-        step = adaptive_server_step(global_w, avg_w, moved(self.m, global_w), moved(self.v, global_w), self.kind,
+        step = adaptive_server_step(global_w, avg_w, _on(self.m, global_w), _on(self.v, global_w), self.kind,
                                     self.lr, self.beta1, self.beta2, self.tau)
         self.m, self.v = step.m, step.v
-        log_server_scalars(loop, round_idx, {"server/m_norm": float(torch.linalg.vector_norm(self.m)),
+        log.log_scalars({"server/m_norm": float(torch.linalg.vector_norm(self.m)),
                                              "server/v_mean": float(self.v.mean())})
         return step.new_w
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "m": clone_or_none(self.m), "v": clone_or_none(self.v)}
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.m = clone_or_none(state_dict.get("m"))
-        self.v = clone_or_none(state_dict.get("v"))
 
 
 class FedAdam(AdaptiveServerOptimizer):
@@ -156,3 +144,8 @@ class FedAdagrad(AdaptiveServerOptimizer):
     """
 
     kind = "adagrad"
+
+
+def _on(value: Tensor | None, like: Tensor) -> Tensor | None:
+    """``value`` on ``like``'s device and dtype (state restored from a checkpoint may be on the CPU)."""
+    return None if value is None else value.to(like)

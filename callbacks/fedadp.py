@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-import pytorch_lightning as pl
 import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.callbacks._common import log_server_histogram, log_server_scalars
 from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.federation import Federation
 from lightning_fl.functional.fedadp import fedadp_weights
 from lightning_fl.functional.weights import weighted_average
+from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import check_non_negative
-
-if TYPE_CHECKING:
-    from lightning_fl.loop import FederatedLoop
 
 
 class FedAdp(AggregationCallback):
@@ -71,31 +66,20 @@ class FedAdp(AggregationCallback):
         super().__init__()
         check_non_negative("alpha", alpha)
         self.alpha = float(alpha)
-        self.smoothed_angles: dict[int, float] = {}
+        self.add_client_state("smoothed_angle", shape=())  # th_k of every client seen
 
     @override
-    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
-                  update: CohortUpdate) -> Tensor:
-        ids = update.client_ids.tolist()
+    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                  log: RoundLogger) -> Tensor:
         counts = update.participation.clone()
-        stored = [self.smoothed_angles.get(k) for k in ids]
-        for i, angle in enumerate(stored):
-            if angle is None:
-                counts[i] = 1  # nothing to average with: start from this round's angle
-        prev = torch.tensor([0.0 if a is None else a for a in stored], dtype=global_w.dtype, device=global_w.device)
+        seen = torch.tensor(self.smoothed_angle.seen(update.client_ids))
+        counts[~seen] = 1  # nothing to average with: start from this round's angle
+        prev = self.smoothed_angle.gather(update.client_ids, global_w.device).to(global_w.dtype)
         out = fedadp_weights(global_w, update.weights, update.num_samples, prev, counts, self.alpha)
         if out.degenerate:
             self.warn_degenerate_once("weights", round_idx)
-        self.smoothed_angles.update(zip(ids, out.smoothed_angle.tolist()))
-        log_server_scalars(loop, round_idx, {"server/smoothed_angle_mean": float(out.smoothed_angle.mean())})
-        log_server_histogram(loop, round_idx, "server/weights", out.weights)
-        log_server_histogram(loop, round_idx, "server/smoothed_angle", out.smoothed_angle)
+        self.smoothed_angle.scatter(update.client_ids, out.smoothed_angle)
+        log.log_scalars({"server/smoothed_angle_mean": float(out.smoothed_angle.mean())})
+        log.log_histogram("server/weights", out.weights.detach().float())
+        log.log_histogram("server/smoothed_angle", out.smoothed_angle.detach().float())
         return weighted_average(update.weights, out.weights)
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return {"smoothed_angles": dict(self.smoothed_angles)}
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.smoothed_angles = {int(k): float(v) for k, v in state_dict.get("smoothed_angles", {}).items()}

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import pytorch_lightning as pl
 from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.federation import Federation
 from lightning_fl.functional.weights import WEIGHTINGS, fedavg_weights, weighted_average
+from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import check_choice
-
-if TYPE_CHECKING:
-    from lightning_fl.loop import FederatedLoop
 
 
 class FedAvg(AggregationCallback):
@@ -44,8 +40,8 @@ class FedAvg(AggregationCallback):
         self.weighting = weighting
 
     @override
-    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
-                  update: CohortUpdate) -> Tensor:
+    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                  log: RoundLogger) -> Tensor:
         return self.average(round_idx, global_w, update)
 
     def average(self, round_idx: int, global_w: Tensor, update: CohortUpdate) -> Tensor:

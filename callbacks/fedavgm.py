@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-import pytorch_lightning as pl
 import torch
+from lightning_fl.callbacks.fedavg import FedAvg
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.callbacks._common import clone_or_none, log_server_scalars, moved
-from lightning_fl.callbacks.fedavg import FedAvg
 from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.federation import Federation
 from lightning_fl.functional.server_optimizers import fedavgm_step
+from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import check_positive, check_range
-
-if TYPE_CHECKING:
-    from lightning_fl.loop import FederatedLoop
 
 
 class FedAvgM(FedAvg):
@@ -65,21 +60,13 @@ class FedAvgM(FedAvg):
         check_positive("server_lr", server_lr)
         self.beta = float(beta)
         self.server_lr = float(server_lr)
-        self.velocity: Tensor | None = None
+        self.add_server_state("velocity")  # (d,) after the first round
 
     @override
-    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
-                  update: CohortUpdate) -> Tensor:
+    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                  log: RoundLogger) -> Tensor:
         avg_w = self.average(round_idx, global_w, update)
-        new_w, self.velocity = fedavgm_step(global_w, avg_w, moved(self.velocity, global_w), self.beta,
+        new_w, self.velocity = fedavgm_step(global_w, avg_w, None if self.velocity is None else self.velocity.to(global_w), self.beta,
                                             self.server_lr)
-        log_server_scalars(loop, round_idx, {"server/velocity_norm": float(torch.linalg.vector_norm(self.velocity))})
+        log.log_scalars({"server/velocity_norm": float(torch.linalg.vector_norm(self.velocity))})
         return new_w
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return {"velocity": clone_or_none(self.velocity)}
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.velocity = clone_or_none(state_dict.get("velocity"))

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
@@ -12,26 +9,32 @@ from typing_extensions import override
 
 from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
-from lightning_fl.functional.fedfa import MOMENTUM_FORMS, fedfa_weights, server_momentum_step
-from lightning_fl.reporting.figures import weights_figure
+from lightning_fl.federation import Federation
+from lightning_fl.functional.fedfa import (
+    MOMENTUM_FORMS,
+    fedfa_weights,
+    server_momentum_step,
+)
 from lightning_fl.functional.weights import weighted_average
-from lightning_fl.validation import ConfigError, check_choice, check_non_negative, check_positive, check_range
+from lightning_fl.reporting.figures import weights_figure
+from lightning_fl.round_logger import RoundLogger
+from lightning_fl.validation import (
+    ConfigError,
+    check_choice,
+    check_non_negative,
+    check_positive,
+    check_range,
+)
 
-if TYPE_CHECKING:
-    from lightning_fl.loop import FederatedLoop
 
-
-def log_client_weights(loop: Any, round_idx: int, weights: Tensor, client_ids: Tensor, title: str,
-                       figure: bool) -> None:
+def log_client_weights(log: RoundLogger, weights: Tensor, client_ids: Tensor, title: str, figure: bool) -> None:
     """Log ``(K,)`` aggregation weights as ``server/weights`` (histogram, and a bar chart when ``figure``).
 
-    The step is the round number ``round_idx + 1``: the weights produced ``w^{t+1}``.
+    The step is the round number ``t + 1`` (``log.step``): the weights produced ``w^{t+1}``.
     """
-    step = round_idx + 1
-    for writer in loop.tensorboard():
-        writer.add_histogram("server/weights", weights.detach().float().cpu(), step)
-        if figure:
-            writer.add_figure("server/weights", weights_figure(weights, client_ids.tolist(), step, title), step)
+    log.log_histogram("server/weights", weights.detach().float())
+    if figure:
+        log.log_figure("server/weights", weights_figure(weights, client_ids.tolist(), log.step, title))
 
 
 class FedFa(AggregationCallback):
@@ -123,43 +126,33 @@ class FedFa(AggregationCallback):
         self.period = period
         self.momentum_form = momentum_form
         self.figure_every_n_rounds = figure_every_n_rounds
-        self.momentum: Tensor | None = None
+        self.add_server_state("momentum")  # (d,) after the first round
 
-    def client_weights(self, loop: Any, update: CohortUpdate, like: Tensor) -> tuple[Tensor, bool]:
+    def client_weights(self, update: CohortUpdate, like: Tensor) -> tuple[Tensor, bool]:
         """The cohort's ``(K,)`` aggregation weights (dtype/device of ``like``) and the degenerate flag."""
         train_acc = update.train_acc.to(device=like.device, dtype=like.dtype)
         return fedfa_weights(train_acc, update.participation.to(like.device), self.alpha, self.beta)
 
     @override
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: FederatedLoop) -> None:
-        if not getattr(pl_module, "client_momentum", 0.0):
+    def on_federation_setup(self, federation: Federation) -> None:
+        if not federation.optimizer.momentum:
             rank_zero_info(f"{type(self).__name__}: the client optimizer has no momentum; the paper's double"
                            " momentum uses SGD(momentum=...) on the clients (model.optimizer.init_args.momentum)")
 
     @override
-    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
-                  update: CohortUpdate) -> Tensor:
-        weights, degenerate = self.client_weights(loop, update, global_w)
+    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                  log: RoundLogger) -> Tensor:
+        weights, degenerate = self.client_weights(update, global_w)
         if degenerate:
             self.warn_degenerate_once("weights", round_idx)
         w_agg = weighted_average(update.weights, weights)
         momentum = None if self.momentum is None else self.momentum.to(global_w)
         new_w, self.momentum = server_momentum_step(global_w, w_agg, momentum, round_idx, self.server_momentum,
                                                     self.server_lr, self.period, self.momentum_form)
-        step = round_idx + 1
-        loop.log_round({"server/momentum_norm": float(torch.linalg.vector_norm(self.momentum))}, step=step)
+        log.log_scalars({"server/momentum_norm": float(torch.linalg.vector_norm(self.momentum))})
         figure = self.figure_every_n_rounds > 0 and round_idx % self.figure_every_n_rounds == 0
-        log_client_weights(loop, round_idx, weights, update.client_ids, self.weights_title, figure)
+        log_client_weights(log, weights, update.client_ids, self.weights_title, figure)
         return new_w
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return {"momentum": None if self.momentum is None else self.momentum.detach().clone()}
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        momentum = state_dict.get("momentum")
-        self.momentum = None if momentum is None else momentum.detach().clone()
 
 
 def _check_momentum_args(server_momentum: float, server_lr: float, period: int, momentum_form: str,

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from lightning_fl.callbacks.fedfa import FedFa
 from torch import Tensor
 
-from lightning_fl.callbacks.fedfa import FedFa
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.functional.weights import WEIGHTINGS, fedavg_weights
 from lightning_fl.validation import check_choice
@@ -60,6 +58,6 @@ class FedFaMo(FedFa):
         self.weighting = weighting
         del self.alpha, self.beta  # not used by the ablation
 
-    def client_weights(self, loop: Any, update: CohortUpdate, like: Tensor) -> tuple[Tensor, bool]:
+    def client_weights(self, update: CohortUpdate, like: Tensor) -> tuple[Tensor, bool]:
         weights, degenerate = fedavg_weights(update.num_samples.to(like.device), self.weighting)
         return weights.to(like.dtype), degenerate

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.callbacks._common import describe_optimizer, log_server_scalars, probe_client_optimizer
 from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.federation import Federation
 from lightning_fl.functional.fednova import fednova_step
+from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import ConfigError
-
-if TYPE_CHECKING:
-    from lightning_fl.loop import FederatedLoop
 
 
 class FedNova(AggregationCallback):
@@ -33,7 +28,7 @@ class FedNova(AggregationCallback):
         w^{t+1} = w^t - tau_eff sum_k p_k d_k
 
     ``tau_k`` is the number of local optimizer steps the engine reports; ``rho`` is the client
-    optimizer's momentum (``model.optimizer.init_args.momentum``, ``loop.client_momentum``). Math:
+    optimizer's momentum (``model.optimizer.init_args.momentum``, ``federation.optimizer.momentum``). Math:
     :func:`lightning_fl.functional.fednova.fednova_step`.
 
     Readings (see the functional module):
@@ -62,28 +57,26 @@ class FedNova(AggregationCallback):
     """
 
     @override
-    def setup(self, trainer: pl.Trainer, pl_module: FederatedLoop, stage: str) -> None:
-        if stage != "fit":
-            return
-        momentum = pl_module.client_momentum
+    def on_federation_setup(self, federation: Federation) -> None:
+        momentum = federation.optimizer.momentum
         if not 0.0 <= momentum < 1.0:
             raise ConfigError(f"optimizer.init_args.momentum must be in [0, 1) for FedNova's normaliser;"
                               f" got {momentum!r}")
-        optimizer = probe_client_optimizer(pl_module)
+        optimizer = federation.optimizer.probe()
         sgd_heavy_ball = (type(optimizer) is torch.optim.SGD and not optimizer.defaults.get("nesterov")
                           and not optimizer.defaults.get("dampening"))
         if not sgd_heavy_ball:
             rank_zero_warn(f"FedNova's normaliser a_k assumes SGD (heavy-ball momentum, no nesterov/dampening); the"
-                           f" client optimizer is {describe_optimizer(optimizer)} (warned once)")
-        elif momentum > 0 and getattr(pl_module, "keep_client_optimizer_state", False):
+                           f" client optimizer is {federation.optimizer.describe()} (warned once)")
+        elif momentum > 0 and federation.optimizer.keeps_state:
             rank_zero_warn("FedNova's normaliser a_k assumes a fresh momentum buffer each round; with"
                            " model.keep_client_optimizer_state it is an approximation (warned once)")
 
     @override
-    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
-                  update: CohortUpdate) -> Tensor:
-        step = fednova_step(global_w, update.weights, update.num_samples, update.num_steps, loop.client_momentum)
+    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                  log: RoundLogger) -> Tensor:
+        step = fednova_step(global_w, update.weights, update.num_samples, update.num_steps, federation.optimizer.momentum)
         if step.degenerate:
             self.warn_degenerate_once("sample-count weights", round_idx)
-        log_server_scalars(loop, round_idx, {"server/tau_eff": float(step.tau_eff)})
+        log.log_scalars({"server/tau_eff": float(step.tau_eff)})
         return step.new_w

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
+from lightning_fl.callbacks.fedavg import FedAvg
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.callbacks.fedavg import FedAvg
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.validation import check_non_negative
 

@@ -1,52 +1,38 @@
 """IGFL-C: the IGFL client correction with a FedAvg server (SPEC section 4, Algorithm 2).
 
-Also home of what every IGFL callback shares: :class:`IGFLMemory` (``dW_ps`` and each client's
+Also home of what every IGFL callback shares: :class:`IGFLState` (``dW_ps`` and each client's
 ``dW_k_prev``) and :class:`IGFLClientHooks` (the per-step correction on ``(C, ...)`` tensors).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-import pytorch_lightning as pl
 import torch
+from lightning_fl.callbacks.fedavg import FedAvg
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.callbacks.fedavg import FedAvg
 from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
+from lightning_fl.federation import Federation
 from lightning_fl.functional.igfl import igfl_client_correction
-
-if TYPE_CHECKING:
-    from lightning_fl.loop import FederatedLoop
+from lightning_fl.round_logger import RoundLogger
 
 _CACHE_CONSTANT = "igfl/constant"
 
 
-class IGFLMemory:
-    """IGFL's state across rounds (SPEC section 4).
+class IGFLState:
+    """Mixin: IGFL's declared state across rounds (SPEC section 4), shared by every IGFL callback.
 
-    Attributes:
-        server_delta: ``dW_ps = w^t - w^{t-1}`` as a flat ``(d,)`` vector (``None`` means zeros: round 0).
-        prev: Client id to ``dW_k_prev = y_k - w`` of its last participation (flat ``(d,)``); a client
-            not in it has never participated (zeros).
-        keep_client_deltas: Whether :meth:`record` stores ``dW_k_prev`` (IGFL-S in ``self``/``global``
-            mode does not need them and keeps only ``dW_ps``).
+    ``server_delta`` is ``dW_ps = w^t - w^{t-1}`` as a flat ``(d,)`` vector (``None`` means zeros:
+    round 0); ``prev_delta`` holds per client ``dW_k_prev = y_k - w`` of its last participation
+    (zeros for a client that never participated). IGFL-S in ``self``/``global`` mode does not need
+    the client deltas and does not record them (``keeps_client_deltas``).
     """
 
-    def __init__(self, keep_client_deltas: bool = True) -> None:
-        self.keep_client_deltas = keep_client_deltas
-        self.server_delta: Tensor | None = None
-        self.prev: dict[int, Tensor] = {}
+    keeps_client_deltas: bool = True
 
-    def prev_deltas(self, client_ids: Tensor, like: Tensor) -> Tensor:
-        """``(C, d)`` ``dW_k_prev`` of ``client_ids`` (zeros for first-timers), dtype/device of ``like`` (d,)."""
-        rows = [self.prev.get(int(c)) for c in client_ids.tolist()]
-        out = torch.zeros(len(rows), like.shape[-1], dtype=like.dtype, device=like.device)
-        for i, row in enumerate(rows):
-            if row is not None:
-                out[i].copy_(row)
-        return out
+    def declare_igfl_state(self) -> None:
+        self.add_server_state("server_delta")
+        self.add_client_state("prev_delta", shape="model", default=0.0)
 
     def server_delta_like(self, like: Tensor) -> Tensor:
         """``dW_ps`` (zeros before the first aggregation), dtype/device of ``like`` (d,)."""
@@ -57,41 +43,12 @@ class IGFLMemory:
     def record(self, global_w: Tensor, new_w: Tensor, client_ids: Tensor, client_w: Tensor) -> None:
         """After aggregation: ``dW_k_prev <- y_k - w^t`` for the cohort, ``dW_ps <- w^{t+1} - w^t``."""
         self.server_delta = (new_w - global_w).detach().clone()
-        if self.keep_client_deltas:
-            deltas = (client_w - global_w).detach()
-            for i, client in enumerate(client_ids.tolist()):
-                self.prev[int(client)] = deltas[i].clone()
-
-    def state_dict(self) -> dict[str, Any]:
-        ids = sorted(self.prev)
-        return {
-            "server_delta": None if self.server_delta is None else self.server_delta.clone(),
-            "client_ids": torch.tensor(ids, dtype=torch.long),
-            "client_deltas": torch.stack([self.prev[i] for i in ids]).clone() if ids else None,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        delta = state.get("server_delta")
-        self.server_delta = None if delta is None else delta.clone()
-        ids = state["client_ids"].tolist()
-        deltas = state.get("client_deltas")
-        self.prev = {int(c): deltas[i].clone() for i, c in enumerate(ids)}
-
-
-class IGFLMemoryState:
-    """Mixin: the callback's checkpointed state is its :class:`IGFLMemory` ``self.memory`` (exact resume)."""
-
-    memory: IGFLMemory
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.memory.state_dict()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.memory.load_state_dict(state_dict)
+        if self.keeps_client_deltas:
+            self.prev_delta.scatter(client_ids, client_w - global_w)
 
 
 class IGFLClientHooks:
-    """Mixin: IGFL-C's per-step correction (Algorithm 2) for a callback with ``self.memory``.
+    """Mixin: IGFL-C's per-step correction (Algorithm 2) for a callback with :class:`IGFLState`.
 
     Written on ``(C, ...)`` tensors only, so it runs unchanged in the sequential (``C == 1``) and
     vectorized engines. ``on_local_train_start`` reads the chunk's ``dW_k_prev`` and ``dW_ps``, shaped
@@ -103,24 +60,12 @@ class IGFLClientHooks:
     layout comes from the loop, kept by Lightning's ``setup`` hook (and refreshed every round).
     """
 
-    memory: IGFLMemory
-    _loop: Any = None
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._loop = pl_module
-
-    def on_round_start(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, client_ids: Tensor) -> None:
-        self._loop = loop
-
     def on_local_train_start(self, ctx: LocalTrainingContext) -> None:
-        layout = getattr(self._loop, "layout", None)
-        if layout is None:
-            raise RuntimeError(f"{type(self).__name__} needs the federated loop's layout: it is set in the"
-                               " callback's setup() hook")
+        layout = ctx.layout
         like = next(iter(ctx.global_params.values()))
         flat_like = torch.empty(layout.numel, dtype=torch.float32, device=like.device)
-        prev = layout.unflatten(self.memory.prev_deltas(ctx.client_ids, flat_like))
-        server = layout.unflatten(self.memory.server_delta_like(flat_like))
+        prev = layout.unflatten(self.prev_delta.gather(ctx.client_ids, like.device))
+        server = layout.unflatten(self.server_delta_like(flat_like))
         # D_G = D_I / K + [(0 - dW_k_prev / T) / K + dW_ps / T]: the bracket is constant during local
         # training, so it is computed once here with the same function (D_I = 0), and each step only
         # adds D_I / K to it (algebraically the SPEC formula; about 8x cheaper per step).
@@ -140,7 +85,7 @@ class IGFLClientHooks:
                 value.add_(torch.add(constant[name], step_delta[name], alpha=inv_k))  # += D_G
 
 
-class IGFLClient(IGFLClientHooks, IGFLMemoryState, FedAvg):
+class IGFLClient(IGFLClientHooks, IGFLState, FedAvg):
     """IGFL-C (IJCAI 2021, Algorithm 2): group-behaviour correction of every local step, FedAvg server.
 
     SPEC section 4. State: ``dW_ps = w^t - w^{t-1}`` (zeros at ``t = 0``) and per client
@@ -179,11 +124,11 @@ class IGFLClient(IGFLClientHooks, IGFLMemoryState, FedAvg):
 
     def __init__(self, weighting: str = "samples") -> None:
         super().__init__(weighting)
-        self.memory = IGFLMemory(keep_client_deltas=True)
+        self.declare_igfl_state()
 
     @override
-    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
-                  update: CohortUpdate) -> Tensor:
-        new_w = super().aggregate(trainer, loop, round_idx, global_w, update)
-        self.memory.record(global_w, new_w, update.client_ids, update.weights)
+    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                  log: RoundLogger) -> Tensor:
+        new_w = super().aggregate(round_idx, global_w, update, federation, log)
+        self.record(global_w, new_w, update.client_ids, update.weights)
         return new_w

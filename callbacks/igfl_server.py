@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
 
-import pytorch_lightning as pl
+from lightning_fl.callbacks.igfl_client import IGFLState
 from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.callback import AggregationCallback
-from lightning_fl.callbacks.igfl_client import IGFLMemory, IGFLMemoryState
 from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.federation import Federation
+from lightning_fl.functional.igfl import (
+    ATTENTION_MODES,
+    SIMILARITIES,
+    igfl_attention_aggregate,
+)
 from lightning_fl.reporting.figures import attention_figure
-from lightning_fl.functional.igfl import ATTENTION_MODES, SIMILARITIES, igfl_attention_aggregate
+from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import ConfigError, check_choice
 
-if TYPE_CHECKING:
-    from lightning_fl.loop import FederatedLoop
 
-
-class IGFLServer(IGFLMemoryState, AggregationCallback):
+class IGFLServer(IGFLState, AggregationCallback):
     """IGFL-S (IJCAI 2021, Algorithm 3): attention-based federated learning on the server.
 
     SPEC section 4. Values and keys are the cohort deltas ``D_j = y_j - w^t``; scores
@@ -80,28 +81,27 @@ class IGFLServer(IGFLMemoryState, AggregationCallback):
         self.similarity = similarity
         self.temperature = float(temperature)
         self.figure_every_n_rounds = figure_every_n_rounds
-        self.memory = IGFLMemory(keep_client_deltas=self._keeps_client_deltas())
+        self.keeps_client_deltas = self._keeps_client_deltas()
+        self.declare_igfl_state()
         self.last_attention: Tensor | None = None
 
     def _keeps_client_deltas(self) -> bool:
         return self.attention == "time"
 
     @override
-    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
-                  update: CohortUpdate) -> Tensor:
-        prev = self.memory.prev_deltas(update.client_ids, global_w) if self.attention == "time" else None
+    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                  log: RoundLogger) -> Tensor:
+        prev = (self.prev_delta.gather(update.client_ids, global_w.device).to(global_w.dtype)
+                if self.attention == "time" else None)
         new_w, attention = igfl_attention_aggregate(global_w, update.weights, prev, self.attention, self.similarity,
                                                     self.temperature)
-        self.memory.record(global_w, new_w, update.client_ids, update.weights)
+        self.record(global_w, new_w, update.client_ids, update.weights)
         self.last_attention = attention
-        self._log(loop, round_idx, attention, update.client_ids)
+        self._log(log, round_idx, attention, update.client_ids)
         return new_w
 
-    def _log(self, loop: Any, round_idx: int, attention: Tensor, client_ids: Tensor) -> None:
-        step = round_idx + 1
+    def _log(self, log: RoundLogger, round_idx: int, attention: Tensor, client_ids: Tensor) -> None:
         effective = attention.mean(dim=0) if attention.dim() == 2 else attention
-        figure = self.figure_every_n_rounds > 0 and round_idx % self.figure_every_n_rounds == 0
-        for writer in loop.tensorboard():
-            writer.add_histogram("server/weights", effective.detach().float().cpu(), step)
-            if figure:
-                writer.add_figure("server/attention", attention_figure(attention, client_ids.tolist(), step), step)
+        log.log_histogram("server/weights", effective.detach().float())
+        if self.figure_every_n_rounds > 0 and round_idx % self.figure_every_n_rounds == 0:
+            log.log_figure("server/attention", attention_figure(attention, client_ids.tolist(), log.step))

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import pytorch_lightning as pl
 import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.callbacks._common import describe_optimizer, is_plain_sgd, log_server_scalars, probe_client_optimizer
 from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.federation import Federation
 from lightning_fl.functional.qffl import qffl_step
+from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import ConfigError, check_non_negative
-
-if TYPE_CHECKING:
-    from lightning_fl.loop import FederatedLoop
 
 
 class QFFL(AggregationCallback):
@@ -71,21 +66,18 @@ class QFFL(AggregationCallback):
         self.q = float(q)
 
     @override
-    def setup(self, trainer: pl.Trainer, pl_module: FederatedLoop, stage: str) -> None:
-        if stage != "fit":
-            return
-        optimizer = probe_client_optimizer(pl_module)
-        if not is_plain_sgd(optimizer) or pl_module.client_momentum != 0.0:
+    def on_federation_setup(self, federation: Federation) -> None:
+        if not federation.optimizer.is_plain_sgd() or federation.optimizer.momentum != 0.0:
             raise ConfigError(f"optimizer: q-FFL needs torch.optim.SGD with momentum 0 (it takes L = 1/lr); got"
-                              f" {describe_optimizer(optimizer)}")
+                              f" {federation.optimizer.describe()}")
 
     @override
-    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
-                  update: CohortUpdate) -> Tensor:
+    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                  log: RoundLogger) -> Tensor:
         if update.loss_before is None:
             raise RuntimeError("q-FFL needs CohortUpdate.loss_before; the engine did not measure it")
-        new_w = qffl_step(global_w, update.weights, update.loss_before, loop.client_lr, self.q)
-        log_server_scalars(loop, round_idx, {
+        new_w = qffl_step(global_w, update.weights, update.loss_before, federation.optimizer.lr, self.q)
+        log.log_scalars({
             "server/update_norm": float(torch.linalg.vector_norm(new_w - global_w)),
             "server/loss_before_mean": float(update.loss_before.double().mean()),
         })

@@ -6,17 +6,15 @@ import json
 import math
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_info
 from typing_extensions import override
 
 from lightning_fl.callback import FederatedCallback
+from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import check_choice
-
-if TYPE_CHECKING:
-    from lightning_fl.loop import FederatedLoop
 
 
 class RoundsToTarget(FederatedCallback):
@@ -59,22 +57,22 @@ class RoundsToTarget(FederatedCallback):
         self._session_start = time.perf_counter()
 
     @override
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: FederatedLoop) -> None:
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._check(trainer, pl_module)
 
     @override
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: FederatedLoop) -> None:
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
             self._check(trainer, pl_module)
 
     @override
-    def on_fit_end(self, trainer: pl.Trainer, pl_module: FederatedLoop) -> None:
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.log_dir:
             os.makedirs(trainer.log_dir, exist_ok=True)
             with open(os.path.join(trainer.log_dir, "rounds_to_target.json"), "w") as f:
                 json.dump(self.result(), f, indent=2)
         reached = (f"round {self.reached_round} after {self.reached_seconds:.1f} s" if self.reached_round
-                   else f"not reached in {pl_module.rounds_completed} rounds")
+                   else f"not reached in {trainer.global_step} rounds")
         rank_zero_info(f"Rounds to {self.monitor} {'>=' if self.mode == 'max' else '<='} {self.target}: {reached}")
 
     def result(self) -> dict[str, Any]:
@@ -85,19 +83,19 @@ class RoundsToTarget(FederatedCallback):
     def _elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self._session_start
 
-    def _check(self, trainer: pl.Trainer, loop: FederatedLoop) -> None:
+    def _check(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         value = trainer.callback_metrics.get(self.monitor)
         if self.reached_round is not None or value is None:
             return
         value = float(value)
         hit = value >= self.target if self.mode == "max" else value <= self.target
         if hit and not math.isnan(value):
-            self.reached_round = loop.rounds_completed
+            self.reached_round = trainer.global_step  # one optimizer step per round: rounds completed
             self.reached_seconds = self._elapsed()
             estimated = trainer.callback_metrics.get("net/elapsed_seconds")
             self.reached_estimated_seconds = None if estimated is None else float(estimated)
-            loop.log_round({"target/round": float(self.reached_round), "target/seconds": self.reached_seconds},
-                           callback_metrics=False)
+            RoundLogger(pl_module.loggers, self.reached_round).log_scalars(
+                {"target/round": float(self.reached_round), "target/seconds": self.reached_seconds})
             if self.stop:
                 trainer.should_stop = True
 

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import pytorch_lightning as pl
 import torch
+from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.callback import FederatedCallback
-from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.federation import Federation
 from lightning_fl.functional.tempo import institution_distances, tempo_local_epochs
+from lightning_fl.round_logger import RoundLogger
+from lightning_fl.round_result import RoundPlan, RoundResult
 from lightning_fl.validation import ConfigError, check_positive
-
-if TYPE_CHECKING:
-    from lightning_fl.loop import FederatedLoop
 
 
 class Tempo(FederatedCallback):
@@ -27,8 +26,9 @@ class Tempo(FederatedCallback):
     ``2c`` epochs for the closest institution down to ``c/2`` for the farthest. If
     ``l_max == l_min``, any ``omega == 0`` or ``M == 1``, every institution gets ``c``.
     The first global iteration runs ``c`` epochs everywhere. Needs ``model.hierarchy``; logs
-    ``tempo/epochs_m`` and ``tempo/distance_m`` per institution. The epochs are part of the loop's
-    checkpoint (hierarchy state), so a resumed run continues with the same schedule.
+    ``tempo/epochs_m`` and ``tempo/distance_m`` per institution. The epochs are returned to the loop as a
+    :class:`~lightning_fl.round_result.RoundPlan` and kept in its checkpoint (hierarchy state), so a
+    resumed run continues with the same schedule.
 
     Args:
         initial_epochs: ``c``, the initial epoch count (the paper uses 6).
@@ -45,35 +45,37 @@ class Tempo(FederatedCallback):
     def __init__(self, initial_epochs: int = 6) -> None:
         check_positive("initial_epochs", initial_epochs, integer=True)
         self.initial_epochs = initial_epochs
-        self.last_distances: torch.Tensor | None = None
+        self.add_server_state("last_distances")
 
     @override
-    def setup(self, trainer: pl.Trainer, pl_module: FederatedLoop, stage: str) -> None:
-        if stage == "fit" and getattr(pl_module, "hierarchy", None) is None:
+    def on_federation_setup(self, federation: Federation) -> None:
+        if federation.hierarchy is None:
             raise ConfigError("Tempo needs model.hierarchy (institutions of clients); add a hierarchy to the model")
 
     @override
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: FederatedLoop) -> None:
-        if pl_module.rounds_completed == 0:
-            pl_module.hierarchy.set_epochs(torch.full((pl_module.hierarchy.num_institutions,), self.initial_epochs))
+    def on_round_start(self, round_idx: int, client_ids: Tensor, federation: Federation,
+                       log: RoundLogger) -> RoundPlan | None:
+        if round_idx > 0:
+            return None  # later iterations run the epochs decided at the end of the previous one
+        return RoundPlan(institution_epochs=torch.full((federation.hierarchy.num_institutions,), self.initial_epochs))
 
     @override
-    def on_round_end(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, update: CohortUpdate) -> None:
-        server_w = loop.layout.flatten(loop.model.state_dict())
-        distances = institution_distances(server_w, update.weights)
+    def on_round_end(self, round_idx: int, result: RoundResult, federation: Federation,
+                     log: RoundLogger) -> RoundPlan:
+        distances = institution_distances(result.global_w, result.update.weights)
         epochs = tempo_local_epochs(distances, self.initial_epochs)
-        loop.hierarchy.set_epochs(epochs)
         self.last_distances = distances.detach().cpu()
         metrics = {f"tempo/epochs_{m}": float(e) for m, e in enumerate(epochs.tolist())}
         metrics.update({f"tempo/distance_{m}": float(d) for m, d in enumerate(self.last_distances.tolist())})
-        loop.log_round(metrics, step=round_idx + 1, callback_metrics=False)
+        log.log_scalars(metrics)
+        return RoundPlan(institution_epochs=epochs)
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"initial_epochs": self.initial_epochs, "last_distances": self.last_distances}
+        return {**super().state_dict(), "initial_epochs": self.initial_epochs}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         if state_dict["initial_epochs"] != self.initial_epochs:
             raise ConfigError(f"initial_epochs differs from the checkpoint's ({state_dict['initial_epochs']})")
-        self.last_distances = state_dict["last_distances"]
+        super().load_state_dict(state_dict)

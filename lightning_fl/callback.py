@@ -1,41 +1,55 @@
-"""Base classes of federated callbacks: round hooks with the round index, and aggregation."""
+"""Base classes of federated callbacks: round hooks with the round index, and aggregation.
+
+Every hook receives what it needs as arguments: the round index ``t`` (0-based; one Trainer epoch
+is one round), the read-only :class:`~lightning_fl.federation.Federation`, the round's data and a
+:class:`~lightning_fl.round_logger.RoundLogger` whose step is already the right round number. A
+callback never reads or writes the loop; what it decides for later rounds it returns as a
+:class:`~lightning_fl.round_result.RoundPlan`, and what it remembers it declares
+(:class:`~lightning_fl.declared_state.DeclaredState`).
+"""
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import TYPE_CHECKING, Any
 
-import pytorch_lightning as pl
 from pytorch_lightning import Callback
 from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 
+from lightning_fl.declared_state import DeclaredState
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.engines.hooks import ClientHooks
+from lightning_fl.evaluation import ClientEvaluation
+from lightning_fl.federation import Federation
+from lightning_fl.round_logger import RoundLogger
+from lightning_fl.round_result import RoundPlan, RoundResult
 
-if TYPE_CHECKING:
-    from lightning_fl.evaluation import ClientEvaluation
-    from lightning_fl.loop import FederatedLoop
 
+class FederatedCallback(DeclaredState, ClientHooks, Callback):
+    """A Lightning ``Callback`` with federated round hooks, client-side hooks and declared state.
 
-class FederatedCallback(Callback, ClientHooks):
-    """A Lightning ``Callback`` with federated round hooks and client-side hooks.
-
-    Round hooks receive the round index ``t`` explicitly (0-based; one Trainer epoch is one round).
-    Client-side hooks (see :class:`~lightning_fl.engines.hooks.ClientHooks`) run inside the client
-    engine on cohort-stacked tensors. Stateful subclasses implement ``state_dict``/``load_state_dict``
-    so a resumed run continues exactly.
+    Round hooks (below) run on the server between local training and evaluation. Client-side hooks
+    (see :class:`~lightning_fl.engines.hooks.ClientHooks`) run inside the client engine on
+    cohort-stacked tensors. State declared with ``add_server_state``/``add_client_state`` is saved
+    in checkpoints and restored on resume without any code in the subclass.
     """
 
-    def on_round_start(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, client_ids: Tensor) -> None:
+    def on_federation_setup(self, federation: Federation) -> None:
+        """Called once before training or evaluation starts (check the run, e.g. the optimizer)."""
+
+    def on_round_start(self, round_idx: int, client_ids: Tensor, federation: Federation,
+                       log: RoundLogger) -> RoundPlan | None:
         """Called after the cohort of round ``round_idx`` is sampled, before local training."""
+        return None
 
-    def on_round_end(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, update: CohortUpdate) -> None:
-        """Called after the global model of round ``round_idx`` was updated (metrics, logging)."""
+    def on_round_end(self, round_idx: int, result: RoundResult, federation: Federation,
+                     log: RoundLogger) -> RoundPlan | None:
+        """Called after ``w^{t+1}`` was computed; ``log`` logs at step ``t + 1``."""
+        return None
 
-    def on_clients_evaluated(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int,
-                             evaluation: ClientEvaluation) -> None:
-        """Called after the global model was evaluated on every client's test split."""
+    def on_clients_evaluated(self, round_idx: int, evaluation: ClientEvaluation, federation: Federation,
+                             log: RoundLogger) -> None:
+        """Called after the global model was evaluated on every client; ``log`` logs at the evaluated round."""
 
 
 class AggregationCallback(FederatedCallback):
@@ -56,16 +70,16 @@ class AggregationCallback(FederatedCallback):
         self._warned: set[str] = set()
 
     @abstractmethod
-    def aggregate(self, trainer: pl.Trainer, loop: FederatedLoop, round_idx: int, global_w: Tensor,
-                  update: CohortUpdate) -> Tensor:
+    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                  log: RoundLogger) -> Tensor:
         """Return the new global vector ``w^{t+1}`` of shape ``(d,)``.
 
         Args:
-            trainer: The Lightning trainer.
-            loop: The federated loop (for ``log_round`` and client-optimizer facts such as ``client_lr``).
             round_idx: The round ``t``.
             global_w: ``w^t`` flattened, ``(d,)`` fp32.
             update: The cohort's stacked results; ``update.weights`` is ``(K, d)`` fp32.
+            federation: The run's description (layout, client optimizer, ...).
+            log: Logs at step ``t + 1`` (the values describe ``w^{t+1}``).
         """
 
     def warn_degenerate_once(self, what: str, round_idx: int) -> None:
@@ -75,12 +89,12 @@ class AggregationCallback(FederatedCallback):
             rank_zero_warn(f"round {round_idx}: {type(self).__name__} {what} summed to 0/NaN/inf;"
                            " using uniform weights over the cohort (warned once)")
 
+    def warn_once(self, what: str, message: str) -> None:
+        """``rank_zero_warn(message)`` the first time ``what`` happens."""
+        if what not in self._warned:
+            self._warned.add(what)
+            rank_zero_warn(message)
+
     @property
     def state_key(self) -> str:
         return type(self).__name__
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        pass

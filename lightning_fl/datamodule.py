@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 import pytorch_lightning as pl
-import torch
+import torch  # noqa: F401 (the Example below uses it)
 from matplotlib.figure import Figure
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from lightning_fl.data import FederatedData, offsets_from_sizes
+from lightning_fl.data import FederatedData, offsets_from_sizes  # noqa: F401 (used by the Example)
 from lightning_fl.functional.label_stats import emd_to_population
 from lightning_fl.reporting.partition_figure import label_distribution_figure
 from lightning_fl.validation import ConfigError, check_test_fraction

@@ -4,39 +4,44 @@ from __future__ import annotations
 
 import importlib
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning import LightningModule
 from pytorch_lightning.cli import OptimizerCallable
-from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.callback import AggregationCallback, FederatedCallback
+from lightning_fl.client_rows import DiskRows, RowStore
 from lightning_fl.client_state import ClientStateStore
+from lightning_fl.client_table import ClientTable
+from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.engines import (
     ENGINE_CHOICES,
     ClientEngine,
-    ClientHookSet,
-    CohortUpdate,
     LocalTrainingPlan,
     build_engine,
 )
 from lightning_fl.evaluation import ClientEvaluation, evaluate_segments
+from lightning_fl.federation import ClientOptimizer, Federation, HierarchyView
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.hierarchy import Hierarchy
 from lightning_fl.models.base import ClientModule
-from lightning_fl.rounds import RoundTraffic, run_flat_round, run_hierarchical_round
+from lightning_fl.round_logger import RoundLogger
+from lightning_fl.round_result import RoundResult
+from lightning_fl.rounds import RoundRunner
 from lightning_fl.sampling import SAMPLING_MODES, ClientSampler
 from lightning_fl.seeding import derive_seed
-from lightning_fl.validation import ConfigError, DivergenceError, check_choice, check_positive
+from lightning_fl.validation import ConfigError, check_choice, check_positive
 
 SUPPORTED_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 #: Added to ``trainer.callbacks`` when missing: the aggregation (unless the run has one) and the metrics.
+CLIENT_STATE_STORES = ("memory", "disk")
 DEFAULT_CALLBACKS = ("lightning_fl.callbacks.FedAvg", "lightning_fl.callbacks.FairnessMetrics")
 
 
@@ -71,6 +76,11 @@ class FederatedLoop(LightningModule):
             institution models.
         keep_client_optimizer_state: Keep each client's optimizer state between its participations.
         eval_batch_size: Samples per forward pass when evaluating all clients.
+        client_state: Where callbacks' per-client state (SCAFFOLD controls, IGFL deltas, ...) lives:
+            ``memory`` (default) or ``disk``, append-only files under ``<run dir>/client_state`` read
+            through memory maps, for federations whose per-client state exceeds RAM (one model-sized
+            row per client seen). Checkpoints then hold only an index of the rows; resume from the
+            latest checkpoint (see docs/architecture.md).
         cpu_threads: Intra-op threads for torch on CPU. ``None`` (auto) uses 1 thread for models under
             one million parameters: their per-step kernels are microseconds long, and a second thread
             makes each step wait on a barrier (10x slower when the machine is busy with other runs).
@@ -101,6 +111,7 @@ class FederatedLoop(LightningModule):
         keep_client_optimizer_state: bool = False,
         eval_batch_size: int = 4096,
         cpu_threads: int | None = None,
+        client_state: str = "memory",
     ) -> None:
         super().__init__()
         if not isinstance(client, ClientModule):
@@ -111,6 +122,7 @@ class FederatedLoop(LightningModule):
         check_positive("eval_batch_size", eval_batch_size, integer=True)
         check_choice("sampling", sampling, SAMPLING_MODES)
         check_choice("engine", engine, ENGINE_CHOICES)
+        check_choice("client_state", client_state, CLIENT_STATE_STORES)
         if max_parallel_clients is not None:
             check_positive("max_parallel_clients", max_parallel_clients, integer=True)
         self.client_lr, self.client_momentum = _probe_optimizer(optimizer)
@@ -133,10 +145,10 @@ class FederatedLoop(LightningModule):
         if cpu_threads is not None:
             check_positive("cpu_threads", cpu_threads, integer=True)
         self.cpu_threads = cpu_threads
+        self.client_state = client_state
         self.rounds_completed = 0
         self.last_evaluation: ClientEvaluation | None = None
-        self.last_update: CohortUpdate | None = None
-        self.last_traffic: RoundTraffic | None = None
+        self.last_result: RoundResult | None = None
 
     # ------------------------------------------------------------------ set-up
     @override
@@ -183,6 +195,28 @@ class FederatedLoop(LightningModule):
         plan = LocalTrainingPlan(self.optimizer_factory, self.local_epochs, self.batch_size, self.seed,
                                  self.client_lr, precision, self.max_parallel_clients)
         self.engine: ClientEngine = build_engine(self.engine_name, plan, self.model, self.trainer.strategy.root_device)
+        self.engine.setup(self.model, self.data, self.store)
+        callbacks = [c for c in self.trainer.callbacks if isinstance(c, FederatedCallback)]
+        aggregator = next(c for c in callbacks if isinstance(c, AggregationCallback))
+        self.federation = Federation(
+            num_clients=data.num_clients, num_classes=data.num_classes, layout=self.layout,
+            trainable=frozenset(n for n, p in self.model.named_parameters() if p.requires_grad),
+            optimizer=ClientOptimizer(self.optimizer_factory, self.client_lr, self.client_momentum,
+                                      self.keep_client_optimizer_state),
+            label_histograms=data.label_histograms("train").cpu(), train_sizes=data.train_sizes().cpu(),
+            hierarchy=None if self.hierarchy is None else HierarchyView(tuple(self.hierarchy.members),
+                                                                        self.hierarchy.local_rounds),
+            aggregation=type(aggregator).__name__, device=self.trainer.strategy.root_device,
+        )
+        self.rounds = RoundRunner(self.model, self.engine, self.sampler, self.store, self.hierarchy, self.federation,
+                                  callbacks)
+        self.rounds.setup_callbacks(training=stage == "fit", make_rows=self._row_store_factory())
+
+    def _row_store_factory(self) -> Callable[[ClientTable], RowStore] | None:
+        if self.client_state == "memory":
+            return None
+        directory = Path(self.trainer.log_dir or self.trainer.default_root_dir) / "client_state"
+        return lambda table: DiskRows(directory, table.name, table.shape, table.dtype)
 
     def _set_cpu_threads(self) -> None:
         if self.trainer.strategy.root_device.type != "cpu":
@@ -196,14 +230,6 @@ class FederatedLoop(LightningModule):
 
     @override
     def on_fit_start(self) -> None:
-        self.engine.setup(self.model, self.data, self.store)
-        self.hooks = ClientHookSet(self.trainer.callbacks)
-        self.aggregator = next(c for c in self.trainer.callbacks if isinstance(c, AggregationCallback))
-        self.federated_callbacks = [c for c in self.trainer.callbacks if isinstance(c, FederatedCallback)]
-        if self.hierarchy is not None and not self.aggregator.supports_hierarchy:
-            raise ConfigError(f"{type(self.aggregator).__name__} cannot aggregate institutions in model.hierarchy mode"
-                              " (its server step needs per-client updates); use FedAvg, FedProx, FedAvgM, FedAdam, FedYogi,"
-                              " FedAdagrad or FedAdp")
         if self.rounds_completed == 0:
             self._log_partition()
 
@@ -223,38 +249,20 @@ class FederatedLoop(LightningModule):
         round_idx = self.current_epoch
         started = time.perf_counter()
         torch.manual_seed(derive_seed(self.seed, "torch", round_idx))  # dropout etc. replay on resume
-        if self.hierarchy is None:
-            update, self.last_traffic = run_flat_round(self, round_idx)
-        else:
-            update, self.last_traffic = run_hierarchical_round(self, round_idx)
-        self._apply_aggregation(round_idx, update)
+        log = self.round_logger(round_idx + 1)
+        result = self.rounds.run(round_idx, log)
         self._count_server_step()
         self.rounds_completed = round_idx + 1
-        self.last_update = update
+        self.last_result = result
+        update = result.update
         weights = update.num_samples.double() / update.num_samples.sum()
-        self.log_round({
+        log.log_scalars({
             "train/loss": float((weights * update.train_loss).sum()),
             "train/acc": float((weights * update.train_acc).sum()),
             "round/seconds": time.perf_counter() - started,
-            "round/clients": float(self.last_traffic.transfers["client"]),
+            "round/clients": float(result.traffic.transfers["client"]),
         }, prog_bar=("train/loss",))
-        for callback in self.federated_callbacks:
-            callback.on_round_end(self.trainer, self, round_idx, update)
-
-    def _apply_aggregation(self, round_idx: int, update: CohortUpdate) -> None:
-        state = self.model.state_dict()
-        # Server-side math is fp32 whatever the training precision (SPEC section 1).
-        with torch.autocast(self.device.type, enabled=False), torch.no_grad():
-            global_w = self.layout.flatten(state)
-            new_w = self.aggregator.aggregate(self.trainer, self, round_idx, global_w, update)
-            if not bool(torch.isfinite(new_w).all()):
-                raise DivergenceError(
-                    f"round {round_idx}: {type(self.aggregator).__name__} produced non-finite global weights from"
-                    f" clients {update.client_ids.tolist()}; stopping before the global model or any checkpoint"
-                    " is overwritten")
-            self.layout.load_into(new_w, state)
-            for name, value in update.int_state.items():
-                state[name].copy_(value)
+        self.rounds.finish(result, log)
 
     # ------------------------------------------------------------------ evaluation
     @override
@@ -282,42 +290,30 @@ class FederatedLoop(LightningModule):
 
     def _dispatch_evaluation(self) -> None:
         evaluation = self.last_evaluation
-        self.log_round({f"{evaluation.stage}/loss": evaluation.pooled_loss}, step=evaluation.round_number)
-        for callback in self.trainer.callbacks:
-            if isinstance(callback, FederatedCallback):
-                callback.on_clients_evaluated(self.trainer, self, self.rounds_completed - 1, evaluation)
+        log = self.round_logger(evaluation.round_number)
+        log.log_scalars({f"{evaluation.stage}/loss": evaluation.pooled_loss})
+        self.rounds.evaluated(self.rounds_completed - 1, evaluation, log)
 
     # ------------------------------------------------------------------ logging
-    def log_round(self, metrics: dict[str, float], step: int | None = None, prog_bar: tuple[str, ...] = (),
-                  callback_metrics: bool = True) -> None:
-        """Log scalars to every logger with the round number as the step, and to ``callback_metrics``.
+    def round_logger(self, step: int) -> RoundLogger:
+        """A :class:`RoundLogger` at ``step`` whose scalars also reach ``callback_metrics``.
 
-        Args:
-            metrics: Name to value.
-            step: The step; defaults to the number of completed rounds.
-            prog_bar: Names also shown in the progress bar.
-            callback_metrics: Also record the values for ModelCheckpoint/EarlyStopping/progress bar;
-                only possible from hooks where ``LightningModule.log`` is allowed.
+        Call it only from hooks where ``LightningModule.log`` is allowed (the round and evaluation).
         """
-        step = self.rounds_completed if step is None else step
-        for logger in self.loggers:
-            logger.log_metrics(metrics, step=step)
-        for name, value in metrics.items() if callback_metrics else ():
-            # logger=False: the loggers above already got the value with the round as step.
-            self.log(name, float(value), logger=False, prog_bar=name in prog_bar, batch_size=1)
+        return RoundLogger(self.loggers, step, self._monitor)
 
-    def tensorboard(self) -> list[Any]:
-        """The ``SummaryWriter`` of every TensorBoard logger (for histograms, images, figures)."""
-        return [logger.experiment for logger in self.loggers if isinstance(logger, TensorBoardLogger)]
+    def _monitor(self, name: str, value: float, prog_bar: bool) -> None:
+        # logger=False: the loggers already got the value with the round as step.
+        self.log(name, value, logger=False, prog_bar=prog_bar, batch_size=1)
 
     def _log_partition(self) -> None:
         datamodule = self.trainer.datamodule
-        for writer in self.tensorboard():
-            writer.add_figure("data/label_distribution", datamodule.partition_figure(), 0)
-            writer.add_histogram("data/client_emd", datamodule.emd_to_population(), 0)
-            writer.add_histogram("data/client_train_size", datamodule.data.train_sizes().float(), 0)
-            summary = datamodule.partition_summary()
-            writer.add_text("data/summary", "\n".join(f"- {k}: {v}" for k, v in summary.items()), 0)
+        log = RoundLogger(self.loggers, step=0)
+        log.log_figure("data/label_distribution", datamodule.partition_figure())
+        log.log_histogram("data/client_emd", datamodule.emd_to_population())
+        log.log_histogram("data/client_train_size", datamodule.data.train_sizes().float())
+        summary = datamodule.partition_summary()
+        log.log_text("data/summary", "\n".join(f"- {k}: {v}" for k, v in summary.items()))
 
     # ------------------------------------------------------------------ checkpoints
     @override

@@ -1,124 +1,198 @@
-"""Local training of one round: the flat two-layer loop and the three-layer hierarchy (SPEC 1 and 6).
+"""One communication round, flat (SPEC 1) or three-layer (SPEC 6), and every round hook's dispatch.
 
-Both return the :class:`CohortUpdate` that the run's aggregation callback turns into ``w^{t+1}``
-(in the hierarchy its members are the institutions) and a :class:`RoundTraffic` record of what a
-real deployment would have sent and computed, for communication accounting.
+:class:`RoundRunner` is the only place that calls the federated callbacks' round hooks
+(``on_federation_setup``, ``on_round_start``, ``aggregate``, ``on_round_end``,
+``on_clients_evaluated``) and applies the :class:`~lightning_fl.round_result.RoundPlan` they return.
+The :class:`~lightning_fl.loop.FederatedLoop` owns it and calls it from the Lightning hooks.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
 
+from lightning_fl.callback import AggregationCallback, FederatedCallback
+from lightning_fl.client_rows import RowStore
+from lightning_fl.client_state import ClientStateStore
+from lightning_fl.client_table import ClientTable
+from lightning_fl.engines.base import ClientEngine
 from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.engines.hooks import ClientHookSet
+from lightning_fl.evaluation import ClientEvaluation
+from lightning_fl.federation import Federation
 from lightning_fl.functional.weights import fedavg_weights, weighted_average
-from lightning_fl.validation import DivergenceError
+from lightning_fl.hierarchy import Hierarchy
+from lightning_fl.models.base import ClientModule
+from lightning_fl.round_logger import RoundLogger
+from lightning_fl.round_result import RoundPlan, RoundResult, RoundTraffic
+from lightning_fl.sampling import ClientSampler
+from lightning_fl.validation import ConfigError, DivergenceError
 
-if TYPE_CHECKING:
-    from lightning_fl.loop import FederatedLoop
 
+class RoundRunner:
+    """Samples, trains, aggregates and dispatches round hooks for a :class:`FederatedLoop`.
 
-@dataclass
-class RoundTraffic:
-    """Model transfers and compute of one round, per link level.
-
-    Attributes:
-        model_bytes: Size of one model transfer (floating-point state in fp32).
-        transfers: Link level (``client`` or ``institution``) to the number of models sent each way.
-        compute_seconds: Per institution (one entry in the flat loop), per local round: the estimated
-            critical-path compute time, i.e. the slowest client's share of the measured training time.
+    Args:
+        model: The global model (its weights are ``w^t`` between rounds).
+        engine: The client engine, already set up.
+        sampler: Cohort sampling.
+        store: Participation counts and kept client optimizer states.
+        hierarchy: Three-layer mode, or ``None``.
+        federation: What callbacks may know about the run.
+        callbacks: The trainer's federated callbacks, in order; exactly one is an aggregation callback.
     """
 
-    model_bytes: int
-    transfers: dict[str, int] = field(default_factory=dict)
-    compute_seconds: list[list[float]] = field(default_factory=list)
+    def __init__(self, model: ClientModule, engine: ClientEngine, sampler: ClientSampler, store: ClientStateStore,
+                 hierarchy: Hierarchy | None, federation: Federation, callbacks: Sequence[FederatedCallback]) -> None:
+        self.model, self.engine, self.sampler, self.store = model, engine, sampler, store
+        self.hierarchy = hierarchy
+        self.federation = federation
+        self.callbacks = list(callbacks)
+        self.aggregator = next(c for c in self.callbacks if isinstance(c, AggregationCallback))
+        self.hooks = ClientHookSet(self.callbacks)
+        if hierarchy is not None and not self.aggregator.supports_hierarchy:
+            raise ConfigError(f"{type(self.aggregator).__name__} cannot aggregate institutions in model.hierarchy mode"
+                              " (its server step needs per-client updates); use FedAvg, FedProx, FedAvgM, FedAdam, FedYogi,"
+                              " FedAdagrad or FedAdp")
 
+    # ------------------------------------------------------------------ hooks
+    def setup_callbacks(self, training: bool, make_rows: Callable[[ClientTable], RowStore] | None = None) -> None:
+        """Bind declared per-client state (model size, row store); on ``training``, let callbacks check the run."""
+        for callback in self.callbacks:
+            callback.bind_client_state(self.federation.layout.numel, make_rows)
+        for callback in self.callbacks if training else ():
+            callback.on_federation_setup(self.federation)
 
-def _train(loop: FederatedLoop, round_idx: int, client_ids: Tensor, participation: Tensor, *, sub_round: int = 0,
-           local_epochs: int | None = None, where: str = "") -> tuple[CohortUpdate, float]:
-    started = time.perf_counter()
-    update = loop.engine.train_cohort(round_idx, client_ids, participation, loop.hooks, sub_round=sub_round,
-                                      local_epochs=local_epochs)
-    elapsed = time.perf_counter() - started
-    bad = update.first_non_finite_client()
-    if bad is not None:
-        client_id, what = bad
-        raise DivergenceError(
-            f"round {round_idx}: client {client_id}{where} diverged ({what}); stopping before aggregation, so the"
-            " global model and saved checkpoints are untouched (lower the client lr?)")
-    # Clients train in parallel in a deployment: the round waits for the one with the most steps.
-    steps = update.num_steps.double()
-    return update, elapsed * float(steps.max() / steps.sum().clamp_min(1))
+    def _apply(self, plan: RoundPlan | None, source: FederatedCallback) -> None:
+        if plan is None or plan.institution_epochs is None:
+            return
+        if self.hierarchy is None:
+            raise ConfigError(f"{type(source).__name__} sets institution epochs, which needs model.hierarchy")
+        self.hierarchy.set_epochs(plan.institution_epochs)
 
+    def _round_start(self, round_idx: int, client_ids: Tensor, log: RoundLogger) -> None:
+        for callback in self.callbacks:
+            self._apply(callback.on_round_start(round_idx, client_ids, self.federation, log), callback)
 
-def run_flat_round(loop: FederatedLoop, round_idx: int) -> tuple[CohortUpdate, RoundTraffic]:
-    """Sample a cohort and train it from the global model (SPEC section 1)."""
-    client_ids = loop.sampler.sample(round_idx)
-    participation = loop.store.record_participation(client_ids, round_idx)
-    for callback in loop.federated_callbacks:
-        callback.on_round_start(loop.trainer, loop, round_idx, client_ids)
-    update, compute = _train(loop, round_idx, client_ids, participation)
-    traffic = RoundTraffic(loop.layout.numel * 4, {"client": len(client_ids)}, [[compute]])
-    return update, traffic
+    def finish(self, result: RoundResult, log: RoundLogger) -> None:
+        """``on_round_end`` of every callback, in order (after the loop logged the round)."""
+        for callback in self.callbacks:
+            self._apply(callback.on_round_end(result.round_idx, result, self.federation, log), callback)
 
+    def evaluated(self, round_idx: int, evaluation: ClientEvaluation, log: RoundLogger) -> None:
+        """``on_clients_evaluated`` of every callback."""
+        for callback in self.callbacks:
+            callback.on_clients_evaluated(round_idx, evaluation, self.federation, log)
 
-def run_hierarchical_round(loop: FederatedLoop, round_idx: int) -> tuple[CohortUpdate, RoundTraffic]:
-    """One global iteration of the hierarchy (SPEC section 6, eqs. 3-7).
+    # ------------------------------------------------------------------ one round
+    def run(self, round_idx: int, log: RoundLogger) -> RoundResult:
+        """Round ``t``: train the cohort (or the institutions), aggregate, load ``w^{t+1}`` into the model."""
+        started = time.perf_counter()
+        if self.hierarchy is None:
+            update, traffic = self._flat_round(round_idx, log)
+        else:
+            update, traffic = self._hierarchical_round(round_idx, log)
+        new_w = self._aggregate(round_idx, update, log)
+        return RoundResult(round_idx, update, new_w, traffic, time.perf_counter() - started)
 
-    Every institution starts from ``w^(c)``; for ``tau_i`` rounds all its clients train
-    ``epochs[m]`` epochs from the institution model, which becomes their ``|D_n|``-weighted average.
-    The global model is restored to ``w^(c)`` afterwards, so the aggregation callback sees the
-    institutions as its cohort: ``weights`` are the institution models, ``num_samples`` their
-    ``|D^(m)|``.
-    """
-    hierarchy, layout = loop.hierarchy, loop.layout
-    state = loop.model.state_dict()
-    server_w = layout.flatten(state).clone()
-    all_clients = torch.cat(hierarchy.members).sort().values
-    for callback in loop.federated_callbacks:
-        callback.on_round_start(loop.trainer, loop, round_idx, all_clients)
-    num_institutions = hierarchy.num_institutions
-    institution_w = torch.empty(num_institutions, layout.numel, device=server_w.device)
-    sizes = torch.zeros(num_institutions, dtype=torch.long)
-    steps = torch.zeros(num_institutions, dtype=torch.long)
-    acc = torch.zeros(num_institutions, dtype=torch.float64)
-    loss = torch.zeros(num_institutions, dtype=torch.float64)
-    hists = []
-    compute: list[list[float]] = []
-    int_state: dict[str, Tensor] = {}
-    try:
-        for m, members in enumerate(hierarchy.members):
-            layout.load_into(server_w, state)
-            compute.append([])
-            for sub_round in range(hierarchy.local_rounds):
-                participation = loop.store.record_participation(members, round_idx)
-                update, seconds = _train(loop, round_idx, members, participation, sub_round=sub_round,
-                                         local_epochs=int(hierarchy.epochs[m]), where=f" (institution {m})")
-                compute[m].append(seconds)
-                weights, _ = fedavg_weights(update.num_samples.to(server_w.device))
-                layout.load_into(weighted_average(update.weights, weights.to(server_w.dtype)), state)
-                for name, value in update.int_state.items():
-                    state[name].copy_(value)
-                steps[m] += int(update.num_steps.max())
-            institution_w[m] = layout.flatten(state)
-            if m == 0:
-                int_state = {name: state[name].clone() for name in layout.other_names}
-            sizes[m] = int(update.num_samples.sum())
-            p = update.num_samples.double() / update.num_samples.sum()
-            acc[m], loss[m] = (p * update.train_acc).sum(), (p * update.train_loss).sum()
-            hists.append(update.label_hist.sum(0))
-    finally:
-        layout.load_into(server_w, state)  # the server model stays w^(c) until aggregation
-    hierarchy.participation += 1
-    institution_update = CohortUpdate(
-        round_idx=round_idx, client_ids=torch.arange(num_institutions), weights=institution_w, int_state=int_state,
-        num_samples=sizes, num_steps=steps, train_acc=acc, train_loss=loss,
-        participation=hierarchy.participation.clone(), label_hist=torch.stack(hists),
-    )
-    clients_trained = sum(len(m) for m in hierarchy.members) * hierarchy.local_rounds
-    traffic = RoundTraffic(layout.numel * 4, {"client": clients_trained, "institution": num_institutions}, compute)
-    return institution_update, traffic
+    def _aggregate(self, round_idx: int, update: CohortUpdate, log: RoundLogger) -> Tensor:
+        layout = self.federation.layout
+        state = self.model.state_dict()
+        # Server-side math is fp32 whatever the training precision (SPEC section 1).
+        with torch.autocast(self.federation.device.type, enabled=False), torch.no_grad():
+            global_w = layout.flatten(state)
+            new_w = self.aggregator.aggregate(round_idx, global_w, update, self.federation, log)
+            if not bool(torch.isfinite(new_w).all()):
+                raise DivergenceError(
+                    f"round {round_idx}: {type(self.aggregator).__name__} produced non-finite global weights from"
+                    f" clients {update.client_ids.tolist()}; stopping before the global model or any checkpoint"
+                    " is overwritten")
+            layout.load_into(new_w, state)
+            for name, value in update.int_state.items():
+                state[name].copy_(value)
+        return new_w
+
+    def _train(self, round_idx: int, client_ids: Tensor, participation: Tensor, *, sub_round: int = 0,
+               local_epochs: int | None = None, where: str = "") -> tuple[CohortUpdate, float]:
+        started = time.perf_counter()
+        update = self.engine.train_cohort(round_idx, client_ids, participation, self.hooks, sub_round=sub_round,
+                                          local_epochs=local_epochs)
+        elapsed = time.perf_counter() - started
+        bad = update.first_non_finite_client()
+        if bad is not None:
+            client_id, what = bad
+            raise DivergenceError(
+                f"round {round_idx}: client {client_id}{where} diverged ({what}); stopping before aggregation, so"
+                " the global model and saved checkpoints are untouched (lower the client lr?)")
+        # Clients train in parallel in a deployment: the round waits for the one with the most steps.
+        steps = update.num_steps.double()
+        return update, elapsed * float(steps.max() / steps.sum().clamp_min(1))
+
+    def _flat_round(self, round_idx: int, log: RoundLogger) -> tuple[CohortUpdate, RoundTraffic]:
+        """Sample a cohort and train it from the global model (SPEC section 1)."""
+        client_ids = self.sampler.sample(round_idx)
+        participation = self.store.record_participation(client_ids, round_idx)
+        self._round_start(round_idx, client_ids, log)
+        update, compute = self._train(round_idx, client_ids, participation)
+        traffic = RoundTraffic(self.federation.layout.numel * 4, {"client": len(client_ids)}, [[compute]])
+        return update, traffic
+
+    def _hierarchical_round(self, round_idx: int, log: RoundLogger) -> tuple[CohortUpdate, RoundTraffic]:
+        """One global iteration of the hierarchy (SPEC section 6, eqs. 3-7).
+
+        Every institution starts from ``w^(c)``; for ``tau_i`` rounds all its clients train
+        ``epochs[m]`` epochs from the institution model, which becomes their ``|D_n|``-weighted
+        average. The global model is restored to ``w^(c)`` afterwards, so the aggregation callback
+        sees the institutions as its cohort: ``weights`` are the institution models, ``num_samples``
+        their ``|D^(m)|``.
+        """
+        hierarchy, layout = self.hierarchy, self.federation.layout
+        state = self.model.state_dict()
+        server_w = layout.flatten(state).clone()
+        all_clients = torch.cat(hierarchy.members).sort().values
+        self._round_start(round_idx, all_clients, log)
+        num_institutions = hierarchy.num_institutions
+        institution_w = torch.empty(num_institutions, layout.numel, device=server_w.device)
+        sizes = torch.zeros(num_institutions, dtype=torch.long)
+        steps = torch.zeros(num_institutions, dtype=torch.long)
+        acc = torch.zeros(num_institutions, dtype=torch.float64)
+        loss = torch.zeros(num_institutions, dtype=torch.float64)
+        hists = []
+        compute: list[list[float]] = []
+        int_state: dict[str, Tensor] = {}
+        try:
+            for m, members in enumerate(hierarchy.members):
+                layout.load_into(server_w, state)
+                compute.append([])
+                for sub_round in range(hierarchy.local_rounds):
+                    participation = self.store.record_participation(members, round_idx)
+                    update, seconds = self._train(round_idx, members, participation, sub_round=sub_round,
+                                                  local_epochs=int(hierarchy.epochs[m]), where=f" (institution {m})")
+                    compute[m].append(seconds)
+                    weights, _ = fedavg_weights(update.num_samples.to(server_w.device))
+                    layout.load_into(weighted_average(update.weights, weights.to(server_w.dtype)), state)
+                    for name, value in update.int_state.items():
+                        state[name].copy_(value)
+                    steps[m] += int(update.num_steps.max())
+                institution_w[m] = layout.flatten(state)
+                if m == 0:
+                    int_state = {name: state[name].clone() for name in layout.other_names}
+                sizes[m] = int(update.num_samples.sum())
+                p = update.num_samples.double() / update.num_samples.sum()
+                acc[m], loss[m] = (p * update.train_acc).sum(), (p * update.train_loss).sum()
+                hists.append(update.label_hist.sum(0))
+        finally:
+            layout.load_into(server_w, state)  # the server model stays w^(c) until aggregation
+        hierarchy.participation += 1
+        institution_update = CohortUpdate(
+            round_idx=round_idx, client_ids=torch.arange(num_institutions), weights=institution_w,
+            int_state=int_state, num_samples=sizes, num_steps=steps, train_acc=acc, train_loss=loss,
+            participation=hierarchy.participation.clone(), label_hist=torch.stack(hists),
+        )
+        clients_trained = sum(len(m) for m in hierarchy.members) * hierarchy.local_rounds
+        traffic = RoundTraffic(layout.numel * 4, {"client": clients_trained, "institution": num_institutions},
+                               compute)
+        return institution_update, traffic

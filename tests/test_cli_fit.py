@@ -84,8 +84,8 @@ def test_resume_is_exact(tiny, tmp_path, extra):
     assert ckpt_a["federated"]["rounds_completed"] == ckpt_b["federated"]["rounds_completed"] == 4
     assert ckpt_a["global_step"] == ckpt_b["global_step"] == 4  # one server step per round
     assert torch.equal(ckpt_a["federated"]["clients"]["participation"], ckpt_b["federated"]["clients"]["participation"])
-    history_a = ckpt_a["callbacks"]["FairnessMetrics"]["history"]
-    assert history_a == ckpt_b["callbacks"]["FairnessMetrics"]["history"] and len(history_a) == 2
+    history_a = ckpt_a["callbacks"]["FairnessMetrics"]["server"]["history"]
+    assert history_a == ckpt_b["callbacks"]["FairnessMetrics"]["server"]["history"] and len(history_a) == 2
 
 
 def test_bf16_mixed_on_cpu_keeps_fp32_global_model(tiny, tmp_path):
@@ -103,7 +103,7 @@ def test_validate_and_test_evaluate_every_client(tiny, tmp_path):
     assert run_cli("test", "--config", str(config), "--ckpt_path", str(ckpt)) == 0
     summary = (_version_dir(tmp_path, 1) / "fairness_summary_test.md").read_text()
     assert "after 4 rounds" in summary
-    fit_history = torch.load(ckpt, weights_only=False)["callbacks"]["FairnessMetrics"]["history"]
+    fit_history = torch.load(ckpt, weights_only=False)["callbacks"]["FairnessMetrics"]["server"]["history"]
     events = _events(_version_dir(tmp_path, 1))
     # `test` evaluates the same global model on the same client test splits as the last validation.
     assert events.Scalars("test/acc_mean")[-1].value == pytest.approx(fit_history[-1]["acc_mean"], abs=1e-6)

@@ -16,9 +16,9 @@ import copy
 import pytest
 import pytorch_lightning as pl
 import torch
-
 from lightning_fl.callbacks import IGFL, FedAvg, FedProx, IGFLClient, Scaffold
 from lightning_fl.datamodules import SyntheticDataModule
+
 from lightning_fl.engines.base import num_local_steps
 from lightning_fl.loop import FederatedLoop
 from lightning_fl.models import MLP, LogisticRegression

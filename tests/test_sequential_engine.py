@@ -7,15 +7,16 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-
 from lightning_fl.callbacks.fedavg import FedAvg
 from lightning_fl.callbacks.fedprox import FedProx
-from lightning_fl.data import FederatedData, offsets_from_sizes
+
 from lightning_fl.client_state import ClientStateStore
+from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.engines import ClientHookSet, LocalTrainingPlan, SequentialEngine
 from lightning_fl.engines.base import epoch_permutation
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.models import LogisticRegression
+from lightning_fl.round_logger import RoundLogger
 
 
 def _data(sizes=(7, 12, 4), features=5, classes=3) -> FederatedData:
@@ -73,7 +74,7 @@ def test_round_matches_hand_written_reference(callback, mu):
     assert update.num_samples.tolist() == [7, 12, 4]
 
     layout = FlatStateLayout(model.state_dict())
-    new_w = callback.aggregate(None, None, 4, layout.flatten(model.state_dict()), update)
+    new_w = callback.aggregate(4, layout.flatten(model.state_dict()), update, None, RoundLogger([], 5))
     # FedAvg: sum n_k y_k / sum n_k with n = [7, 12, 4].
     torch.testing.assert_close(new_w, (7 * expected[0] + 12 * expected[1] + 4 * expected[2]) / 23)
 

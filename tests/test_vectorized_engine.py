@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.client_state import ClientStateStore
+from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.engines import (
     ClientHooks,
     ClientHookSet,

@@ -11,8 +11,8 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from lightning_fl.data import FederatedData
 from lightning_fl.client_state import ClientStateStore
+from lightning_fl.data import FederatedData
 from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
 from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.evaluation import client_train_losses
@@ -110,7 +110,7 @@ class ClientEngine(ABC):
         ctx = LocalTrainingContext(
             round_idx=round_idx, client_ids=client_ids, cohort_size=cohort_size or len(client_ids), num_steps=num_steps,
             global_params={n: p.detach() for n, p in self.model.named_parameters()}, lr=self.plan.lr,
-            sub_round=sub_round,
+            sub_round=sub_round, layout=self.layout,
         )
         weights, int_state, train_acc, train_loss, extra = self._train(ctx, hooks)
         return CohortUpdate(

@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fl.flat_state import FlatStateLayout
+
 
 @dataclass
 class LocalTrainingContext:
@@ -27,6 +29,7 @@ class LocalTrainingContext:
         step: Index of the local step being taken (0-based), updated by the engine.
         cache: Scratch space for hooks (e.g. a stacked control variate for these clients).
         sub_round: Institution round inside a hierarchical global iteration (0 in the flat loop).
+        layout: The flat layout of the model state (to shape flat per-client state per parameter).
         active: ``(C,)`` bool on the training device: which clients still take local steps. The
             vectorized engine trains clients with different ``tau_k`` together and clears a client's
             entry once it has taken its ``tau_k`` steps (it then keeps the client's parameters and
@@ -43,6 +46,7 @@ class LocalTrainingContext:
     step: int = 0
     cache: dict[str, Any] = field(default_factory=dict)
     sub_round: int = 0
+    layout: FlatStateLayout | None = None
     active: Tensor | None = None
 
     @property

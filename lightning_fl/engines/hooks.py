@@ -47,8 +47,11 @@ class ClientHooks:
         return None
 
 
-class ClientHookSet:
-    """The objects that override each client hook, so engines skip the work of unused ones.
+class ClientHookSet(ClientHooks):
+    """All the run's client hooks as one: each hook calls, in order, the objects that override it.
+
+    It has the same hook names as :class:`ClientHooks`, so an engine calls ``hooks.after_local_step``
+    exactly as an algorithm implements it, and :meth:`has` lets engines skip the work of unused hooks.
 
     Args:
         candidates: Any objects (usually the trainer's callbacks); those that are ``ClientHooks`` and
@@ -63,13 +66,14 @@ class ClientHookSet:
         self.requires_loss_before = any(h.requires_loss_before for h in hooks)
 
     def has(self, name: str) -> bool:
+        """Whether any object overrides hook ``name``."""
         return bool(self.by_name[name])
 
-    def start(self, ctx: LocalTrainingContext) -> None:
+    def on_local_train_start(self, ctx: LocalTrainingContext) -> None:
         for h in self.by_name["on_local_train_start"]:
             h.on_local_train_start(ctx)
 
-    def loss_term(self, ctx: LocalTrainingContext, params: dict[str, Tensor]) -> Tensor | None:
+    def local_loss_term(self, ctx: LocalTrainingContext, params: dict[str, Tensor]) -> Tensor | None:
         total = None
         for h in self.by_name["local_loss_term"]:
             term = h.local_loss_term(ctx, params)
@@ -77,15 +81,17 @@ class ClientHookSet:
                 total = term if total is None else total + term
         return total
 
-    def correct_gradients(self, ctx: LocalTrainingContext, params: dict[str, Tensor], grads: dict[str, Tensor]) -> None:
+    def correct_local_gradients(self, ctx: LocalTrainingContext, params: dict[str, Tensor],
+                                grads: dict[str, Tensor]) -> None:
         for h in self.by_name["correct_local_gradients"]:
             h.correct_local_gradients(ctx, params, grads)
 
-    def after_step(self, ctx: LocalTrainingContext, params: dict[str, Tensor], step_delta: dict[str, Tensor]) -> None:
+    def after_local_step(self, ctx: LocalTrainingContext, params: dict[str, Tensor],
+                         step_delta: dict[str, Tensor]) -> None:
         for h in self.by_name["after_local_step"]:
             h.after_local_step(ctx, params, step_delta)
 
-    def end(self, ctx: LocalTrainingContext, params: dict[str, Tensor]) -> dict[str, Tensor]:
+    def on_local_train_end(self, ctx: LocalTrainingContext, params: dict[str, Tensor]) -> dict[str, Tensor]:
         extra: dict[str, Tensor] = {}
         for h in self.by_name["on_local_train_end"]:
             extra.update(h.on_local_train_end(ctx, params) or {})

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.data import FederatedData
 from lightning_fl.client_state import ClientStateStore
+from lightning_fl.data import FederatedData
 from lightning_fl.engines.base import ClientEngine, epoch_permutation
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.engines.hooks import ClientHookSet
-from lightning_fl.engines.optimizers import step_function
+from lightning_fl.engines.local_step import LocalStep, LossTerm, StepTarget
 from lightning_fl.models.base import ClientModule
 
 
@@ -50,7 +51,7 @@ class SequentialEngine(ClientEngine):
             one = LocalTrainingContext(
                 round_idx=ctx.round_idx, client_ids=ctx.client_ids[i : i + 1], cohort_size=ctx.cohort_size,
                 num_steps=ctx.num_steps[i : i + 1], global_params=ctx.global_params, lr=ctx.lr,
-                sub_round=ctx.sub_round,
+                sub_round=ctx.sub_round, layout=ctx.layout,
             )
             with torch.no_grad():
                 for name, value in global_state.items():
@@ -65,20 +66,16 @@ class SequentialEngine(ClientEngine):
 
     def _train_client(self, ctx: LocalTrainingContext, client_id: int, hooks: ClientHookSet
                       ) -> tuple[float, float, dict[str, Tensor]]:
-        plan, work = self.plan, self.work
+        plan = self.plan
         x_all, y_all = self.data.client_train(client_id)
         num_samples = len(y_all)
-        params = [p for _, p in self._named]
-        optimizer = plan.optimizer_factory(params)
+        optimizer = plan.optimizer_factory([p for _, p in self._named])
         saved = self.store.optimizer_state(client_id)
         if saved is not None:
             optimizer.load_state_dict(saved)
-        step = step_function(optimizer)  # optimizer.step minus torch's per-call profiler range (same math)
-        scaler = self._make_scaler()
-        use_loss_term = hooks.has("local_loss_term")
-        use_grad_fix = hooks.has("correct_local_gradients")
-        use_after_step = hooks.has("after_local_step")
-        hooks.start(ctx)
+        local_step = LocalStep(hooks, optimizer, self._make_scaler())
+        target = _WorkingModule(self.work, self._named)
+        hooks.on_local_train_start(ctx)
         correct = torch.zeros((), device=y_all.device)
         loss_sum = torch.zeros((), device=y_all.device)
         step_idx = 0
@@ -88,41 +85,54 @@ class SequentialEngine(ClientEngine):
             final_epoch = epoch == plan.local_epochs - 1
             for start in range(0, num_samples, plan.batch_size):
                 index = order[start : start + plan.batch_size]
-                x, y = x_all.index_select(0, index), y_all.index_select(0, index)
-                ctx.step = step_idx
-                logits = work(x)
-                loss = work.loss(logits, y)
-                total = loss
-                if use_loss_term:
-                    term = hooks.loss_term(ctx, {n: p.unsqueeze(0) for n, p in self._named})
-                    total = total if term is None else total + term.sum()
-                for p in params:  # zero_grad(set_to_none=True) without its profiler range
-                    p.grad = None
-                (scaler.scale(total) if scaler else total).backward()
-                if scaler is not None and (use_grad_fix or use_after_step):
-                    scaler.unscale_(optimizer)
-                if use_grad_fix:
-                    grads = {n: p.grad.unsqueeze(0) for n, p in self._named if p.grad is not None}
-                    hooks.correct_gradients(ctx, self._stacked_params(), grads)
-                before = [p.detach().clone() for _, p in self._named] if use_after_step else None
-                if scaler is not None:
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    step()
-                if use_after_step:
-                    with torch.no_grad():
-                        delta = {n: (p - b).unsqueeze(0) for (n, p), b in zip(self._named, before)}
-                        hooks.after_step(ctx, self._stacked_params(), delta)
+                target.x, target.y = x_all.index_select(0, index), y_all.index_select(0, index)
+                logits = local_step(ctx, target, step_idx)
                 if final_epoch:
                     with torch.no_grad():
-                        correct += (logits.argmax(1) == y).sum()
-                        loss_sum += loss.detach().float() * len(y)
+                        correct += (logits.argmax(1) == target.y).sum()
+                        loss_sum += target.loss.detach().float() * len(target.y)
                 step_idx += 1
         self.store.save_optimizer_state(client_id, optimizer.state_dict())
-        extra = hooks.end(ctx, self._stacked_params())
+        extra = hooks.on_local_train_end(ctx, target.stacked())
         return float(correct) / num_samples, float(loss_sum) / num_samples, extra
 
-    def _stacked_params(self) -> dict[str, Tensor]:
+
+class _WorkingModule(StepTarget):
+    """One client's local step on the reused working module; hooks see ``(1, *shape)`` views."""
+
+    def __init__(self, work: ClientModule, named: list[tuple[str, torch.nn.Parameter]]) -> None:
+        self.work, self.named = work, named
+        self.params = [p for _, p in named]
+        self.x: Tensor | None = None
+        self.y: Tensor | None = None
+        self.loss: Tensor | None = None
+
+    def stacked(self) -> dict[str, Tensor]:
         """Detached ``(1, *shape)`` views of the working parameters (in-place edits reach the model)."""
-        return {n: p.detach().unsqueeze(0) for n, p in self._named}
+        return {n: p.detach().unsqueeze(0) for n, p in self.named}
+
+    @override
+    def gradients(self, loss_term: LossTerm | None, scaler: torch.amp.GradScaler | None) -> Tensor:
+        logits = self.work(self.x)
+        self.loss = self.work.loss(logits, self.y)
+        total = self.loss
+        if loss_term is not None:
+            term = loss_term({n: p.unsqueeze(0) for n, p in self.named})
+            total = total if term is None else total + term.sum()
+        for p in self.params:  # zero_grad(set_to_none=True) without its profiler range
+            p.grad = None
+        (scaler.scale(total) if scaler else total).backward()
+        return logits
+
+    @override
+    def correct_gradients(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None]) -> None:
+        hook(self.stacked(), {n: p.grad.unsqueeze(0) for n, p in self.named if p.grad is not None})
+
+    @override
+    def snapshot(self) -> list[Tensor]:
+        return [p.detach().clone() for p in self.params]
+
+    @override
+    def after_step(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None], before: list[Tensor]) -> None:
+        with torch.no_grad():
+            hook(self.stacked(), {n: (p - b).unsqueeze(0) for (n, p), b in zip(self.named, before)})

@@ -17,6 +17,8 @@ touched (not even by weight decay or momentum), with no per-step masking cost.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from pytorch_lightning.utilities import rank_zero_info
@@ -25,24 +27,28 @@ from torch.func import vmap
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_fl.data import FederatedData
 from lightning_fl.client_state import ClientStateStore
+from lightning_fl.data import FederatedData
 from lightning_fl.engines.base import ClientEngine, LocalTrainingPlan
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.engines.formulation import analyse_model, build_forward, verify
 from lightning_fl.engines.fused import FusedLinearChain
 from lightning_fl.engines.hooks import ClientHookSet
+from lightning_fl.engines.local_step import LocalStep, LossTerm, StepTarget
 from lightning_fl.engines.optimizers import (
     client_state,
     narrow_leaves,
     optimizer_problem,
     stack_states,
     state_signature,
-    step_function,
 )
 from lightning_fl.engines.schedule import ChunkSchedule, build_schedule
-from lightning_fl.engines.staging import FinalEpochStats, StagedBatches, per_sample_cross_entropy
 from lightning_fl.engines.sequential import SequentialEngine
+from lightning_fl.engines.staging import (
+    FinalEpochStats,
+    StagedBatches,
+    per_sample_cross_entropy,
+)
 from lightning_fl.models.base import ClientModule
 from lightning_fl.validation import ConfigError
 
@@ -148,7 +154,7 @@ class VectorizedEngine(ClientEngine):
         sizes = [self._sizes[k] for k in ids.tolist()]
         chunk = LocalTrainingContext(
             round_idx=ctx.round_idx, client_ids=ids, cohort_size=ctx.cohort_size, num_steps=ctx.num_steps[index],
-            global_params=ctx.global_params, lr=ctx.lr, sub_round=ctx.sub_round,
+            global_params=ctx.global_params, lr=ctx.lr, sub_round=ctx.sub_round, layout=ctx.layout,
             active=torch.ones(num, dtype=torch.bool, device=device),
         )
         id_list = ids.tolist()
@@ -165,7 +171,7 @@ class VectorizedEngine(ClientEngine):
         optimizer = plan.optimizer_factory(leaves)
         if saved is not None:
             optimizer.load_state_dict(stack_states(saved, [p.shape for p in self.model.parameters()]))
-        hooks.start(chunk)
+        hooks.on_local_train_start(chunk)
         # The hand-written path needs no autograd graph (a hook's loss term enables it locally).
         with torch.no_grad() if fused else torch.enable_grad():
             kept = self._steps(chunk, schedule, batches, stats, full, leaves, optimizer, hooks)
@@ -173,7 +179,7 @@ class VectorizedEngine(ClientEngine):
             if kept:
                 self.store.save_optimizer_state(client, kept[row])
         chunk.active[:] = False
-        extra = hooks.end(chunk, full)
+        extra = hooks.on_local_train_end(chunk, full)
         correct, loss_sum = stats.totals(per_sample_cross_entropy if self._default_loss else self._per_sample_loss, num)
         n_k = torch.tensor(sizes, dtype=torch.float64)
         return self._flat(full, num), correct / n_k, loss_sum / n_k, extra
@@ -182,60 +188,22 @@ class VectorizedEngine(ClientEngine):
                stats: FinalEpochStats, full: dict[str, Tensor], leaves: list[Tensor], optimizer: Optimizer,
                hooks: ClientHookSet) -> dict[int, dict]:
         """Every local step of a chunk; returns the kept per-client optimizer states (if kept)."""
-        device, fused, forward = self.model.device, isinstance(self.forward, FusedLinearChain), self.forward
-        use_term, use_fix, use_after = (hooks.has(h) for h in ("local_loss_term", "correct_local_gradients",
-                                                                "after_local_step"))
         keep, kept = self.store.keep_optimizer_state, {}
-        scaler, step_fn = self._make_scaler(), step_function(optimizer)
-        autocast = _AUTOCAST.get(self.plan.precision)
-        named = dict(zip(full, leaves))
-        forward.bind(named)
-        active = len(leaves[0])
+        local_step = LocalStep(hooks, optimizer, self._make_scaler())
+        target = _StackedClients(self, full, leaves, batches)
         for step, now in enumerate(schedule.active):
-            if now != active:  # the last clients finished: train only the prefix from now on
+            if now != target.active:  # the last clients finished: train only the prefix from now on
                 if keep:
-                    kept.update({r: client_state(optimizer, leaves, r) for r in range(now, active)})
-                leaves = narrow_leaves(optimizer, leaves, [full[n][:now] for n in full])
-                named = dict(zip(full, leaves))
-                forward.bind(named)
-                chunk.active[now:active] = False
-                active = now
-            chunk.step = step
-            x, y, weight, offset = batches.get(step)
-            if fused:
-                # Logits go straight into the statistics buffer (offset has their shape; dtype: the params').
-                out = stats.buffer(step, offset.to(leaves[0].dtype)) if stats.wants[step] else None
-                grads, logits = forward.gradients(x, weight, offset, out)
-                if use_term:
-                    _add_term_gradients(grads, hooks, chunk, named, full, active)
-                for name, leaf in named.items():
-                    leaf.grad = grads.get(name) if leaf.requires_grad else None
-            else:
-                with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
-                    logits = forward(x)
-                total = (self._per_sample_loss(logits, y) * weight.squeeze(1)).sum()
-                if use_term:
-                    term = hooks.loss_term(chunk, _hook_params(named, full, active))
-                    total = total if term is None else total + term[:active].sum()
-                for leaf in leaves:
-                    leaf.grad = None
-                (scaler.scale(total) if scaler else total).backward()
+                    kept.update({r: client_state(optimizer, target.leaves, r) for r in range(now, target.active)})
+                target.narrow(narrow_leaves(optimizer, target.leaves, [full[n][:now] for n in full]))
+                chunk.active[now : len(chunk.active)] = False
+            target.step = step
+            target.stats_buffer = (lambda offset, s=step: stats.buffer(s, offset)) if stats.wants[step] else None
+            logits = local_step(chunk, target, step)
             if stats.wants[step]:
                 stats.record(step, logits)
-            if scaler is not None and (use_fix or use_after):
-                scaler.unscale_(optimizer)
-            if use_fix:
-                _correct_gradients(hooks, chunk, named, full, active)
-            before = {n: t.clone() for n, t in full.items()} if use_after else None
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                step_fn()
-            if use_after:
-                _after_step(hooks, chunk, full, before, active)
         if keep:
-            kept.update({r: client_state(optimizer, leaves, r) for r in range(active)})
+            kept.update({r: client_state(optimizer, target.leaves, r) for r in range(target.active)})
         return kept
 
     def _per_sample_loss(self, logits: Tensor, y: Tensor) -> Tensor:
@@ -254,51 +222,101 @@ class VectorizedEngine(ClientEngine):
         return out
 
 
-def _hook_params(named: dict[str, Tensor], full: dict[str, Tensor], active: int) -> dict[str, Tensor]:
-    """``(C, ...)`` parameters in autograd for ``local_loss_term``: live rows, then finished rows (constant)."""
-    if active == next(iter(full.values())).shape[0]:
-        return named
-    return {n: torch.cat([leaf, full[n][active:]]) for n, leaf in named.items()}
+class _StackedClients(StepTarget):
+    """A chunk's local step on stacked parameters; hooks see all ``C`` rows, finished rows constant.
 
+    ``full`` holds every client's parameters ``(C, *shape)``; the optimizer's ``leaves`` are views of
+    the prefix of clients still training (``active`` rows, see the module docstring).
+    """
 
-def _add_term_gradients(grads: dict[str, Tensor], hooks: ClientHookSet, ctx: LocalTrainingContext,
-                        named: dict[str, Tensor], full: dict[str, Tensor], active: int) -> None:
-    with torch.enable_grad():
-        term = hooks.loss_term(ctx, _hook_params(named, full, active))
-        if term is None:
-            return
-        trainable = [(n, leaf) for n, leaf in named.items() if leaf.requires_grad]
-        extra = torch.autograd.grad(term[:active].sum(), [leaf for _, leaf in trainable], allow_unused=True)
-    for (name, _), value in zip(trainable, extra):
-        if value is not None:
-            grads[name] = value if name not in grads else grads[name] + value
+    def __init__(self, engine: VectorizedEngine, full: dict[str, Tensor], leaves: list[Tensor],
+                 batches: StagedBatches) -> None:
+        self.engine, self.full, self.batches = engine, full, batches
+        self.fused = isinstance(engine.forward, FusedLinearChain)
+        self.autocast = _AUTOCAST.get(engine.plan.precision)
+        self.step = 0
+        self.stats_buffer = None
+        self.narrow(leaves)
 
+    def narrow(self, leaves: list[Tensor]) -> None:
+        """Train ``leaves`` (views of the first rows of ``full``) from now on."""
+        self.leaves = leaves
+        self.named = dict(zip(self.full, leaves))
+        self.active = len(leaves[0])
+        self.engine.forward.bind(self.named)
 
-def _correct_gradients(hooks: ClientHookSet, ctx: LocalTrainingContext, named: dict[str, Tensor],
-                       full: dict[str, Tensor], active: int) -> None:
-    """``correct_local_gradients`` on ``(C, ...)`` gradients (zeros for finished clients)."""
-    grads = {}
-    for name, leaf in named.items():
-        if leaf.grad is None:
-            continue
-        grad = leaf.grad
-        if active < full[name].shape[0]:
-            grad = torch.cat([grad, grad.new_zeros(full[name].shape[0] - active, *grad.shape[1:])])
-        grads[name] = grad
-    hooks.correct_gradients(ctx, full, grads)
-    for name, grad in grads.items():
-        named[name].grad = grad[:active]
+    def _hook_params(self) -> dict[str, Tensor]:
+        """``(C, ...)`` parameters in autograd for ``local_loss_term``: live rows, then finished rows (constant)."""
+        if self.active == next(iter(self.full.values())).shape[0]:
+            return self.named
+        return {n: torch.cat([leaf, self.full[n][self.active:]]) for n, leaf in self.named.items()}
 
+    @override
+    def gradients(self, loss_term: LossTerm | None, scaler: torch.amp.GradScaler | None) -> Tensor:
+        x, y, weight, offset = self.batches.get(self.step)
+        engine, active = self.engine, self.active
+        if self.fused:
+            # Logits go straight into the statistics buffer (offset has their shape; dtype: the params').
+            out = self.stats_buffer(offset.to(self.leaves[0].dtype)) if self.stats_buffer is not None else None
+            grads, logits = engine.forward.gradients(x, weight, offset, out)
+            if loss_term is not None:
+                self._add_term_gradients(grads, loss_term)
+            for name, leaf in self.named.items():
+                leaf.grad = grads.get(name) if leaf.requires_grad else None
+            return logits
+        device = engine.model.device
+        with torch.autocast(device.type, dtype=self.autocast, enabled=self.autocast is not None):
+            logits = engine.forward(x)
+        total = (engine._per_sample_loss(logits, y) * weight.squeeze(1)).sum()
+        if loss_term is not None:
+            term = loss_term(self._hook_params())
+            total = total if term is None else total + term[:active].sum()
+        for leaf in self.leaves:
+            leaf.grad = None
+        (scaler.scale(total) if scaler else total).backward()
+        return logits
 
-def _after_step(hooks: ClientHookSet, ctx: LocalTrainingContext, full: dict[str, Tensor],
-                before: dict[str, Tensor], active: int) -> None:
-    """``after_local_step`` with ``step_delta = w_after - w_before``; finished clients are restored."""
-    with torch.no_grad():
-        delta = {n: full[n] - before[n] for n in full}
-        hooks.after_step(ctx, full, delta)
-        for name, value in full.items():
-            if active < value.shape[0]:
-                value[active:].copy_(before[name][active:])
+    def _add_term_gradients(self, grads: dict[str, Tensor], loss_term: LossTerm) -> None:
+        with torch.enable_grad():
+            term = loss_term(self._hook_params())
+            if term is None:
+                return
+            trainable = [(n, leaf) for n, leaf in self.named.items() if leaf.requires_grad]
+            extra = torch.autograd.grad(term[: self.active].sum(), [leaf for _, leaf in trainable], allow_unused=True)
+        for (name, _), value in zip(trainable, extra):
+            if value is not None:
+                grads[name] = value if name not in grads else grads[name] + value
+
+    @override
+    def correct_gradients(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None]) -> None:
+        """The hook sees ``(C, ...)`` gradients (zeros for finished clients); the active rows are kept."""
+        full, active = self.full, self.active
+        grads = {}
+        for name, leaf in self.named.items():
+            if leaf.grad is None:
+                continue
+            grad = leaf.grad
+            if active < full[name].shape[0]:
+                grad = torch.cat([grad, grad.new_zeros(full[name].shape[0] - active, *grad.shape[1:])])
+            grads[name] = grad
+        hook(full, grads)
+        for name, grad in grads.items():
+            self.named[name].grad = grad[:active]
+
+    @override
+    def snapshot(self) -> dict[str, Tensor]:
+        return {n: t.clone() for n, t in self.full.items()}
+
+    @override
+    def after_step(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None],
+                   before: dict[str, Tensor]) -> None:
+        """``step_delta = w_after - w_before``; finished clients are restored whatever the hook wrote."""
+        full, active = self.full, self.active
+        with torch.no_grad():
+            hook(full, {n: full[n] - before[n] for n in full})
+            for name, value in full.items():
+                if active < value.shape[0]:
+                    value[active:].copy_(before[name][active:])
 
 
 def _merge_extras(parts: list[tuple[Tensor, dict[str, Tensor]]], num_clients: int) -> dict[str, Tensor]:

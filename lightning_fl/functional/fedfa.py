@@ -38,7 +38,12 @@ import math
 import torch
 from torch import Tensor
 
-from lightning_fl.functional.weights import ConfigError, as_float_like, check_choice, normalize_weights
+from lightning_fl.functional.weights import (
+    ConfigError,
+    as_float_like,
+    check_choice,
+    normalize_weights,
+)
 
 __all__ = ["FEDFA_C", "MOMENTUM_FORMS", "fedfa_weights", "server_momentum_step"]
 

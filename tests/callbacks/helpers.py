@@ -1,4 +1,4 @@
-"""Shared pieces of the aggregation-callback tests: a fake loop, hand-made updates, CLI runs."""
+"""Shared pieces of the aggregation-callback tests: a federation, a recording logger, hand-made updates, CLI runs."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch import Tensor
 
 from lightning_fl.callback import AggregationCallback
-from lightning_fl.engines.cohort import CohortUpdate
-from lightning_fl.flat_state import FlatStateLayout
-from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.cli import FederatedCLI
+from lightning_fl.data import FederatedData, offsets_from_sizes
+from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.federation import ClientOptimizer, Federation
+from lightning_fl.flat_state import FlatStateLayout
+from lightning_fl.round_logger import RoundLogger
 from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,47 +41,59 @@ def vector_layout(d: int) -> FlatStateLayout:
     return FlatStateLayout({"w": torch.zeros(d)})
 
 
-def fake_loop(layout: FlatStateLayout | None = None, *, lr: float = 0.1, momentum: float = 0.0, num_clients: int = 4,
-              model: torch.nn.Module | None = None,
-              optimizer: Callable[..., torch.optim.Optimizer] | None = None) -> SimpleNamespace:
-    """What aggregation callbacks read from the loop; ``loop.logged`` records ``log_round`` calls."""
-    logged: list[tuple[dict[str, float], int | None, bool]] = []
-
-    def log_round(metrics: dict[str, float], step: int | None = None, prog_bar: tuple[str, ...] = (),
-                  callback_metrics: bool = True) -> None:
-        logged.append((dict(metrics), step, callback_metrics))
-
+def fake_federation(layout: FlatStateLayout | None = None, *, lr: float = 0.1, momentum: float = 0.0,
+                    num_clients: int = 4, model: torch.nn.Module | None = None,
+                    optimizer: Callable[..., torch.optim.Optimizer] | None = None,
+                    label_hist: Tensor | None = None, keeps_state: bool = False) -> Federation:
+    """A :class:`Federation` for driving callbacks directly (the trainable names come from ``model``)."""
     if optimizer is None:
         def optimizer(params):  # noqa: ANN001, ANN202
             return torch.optim.SGD(params, lr=lr, momentum=momentum)
-    return SimpleNamespace(client_lr=lr, client_momentum=momentum, layout=layout, model=model,
-                           data=SimpleNamespace(num_clients=num_clients), log_round=log_round, logged=logged,
-                           tensorboard=lambda: [], optimizer_factory=optimizer, keep_client_optimizer_state=False)
+    if layout is None:
+        layout = vector_layout(1) if model is None else FlatStateLayout(model.state_dict())
+    trainable = (frozenset(n for n, p in model.named_parameters() if p.requires_grad) if model is not None
+                 else frozenset(e.name for e in layout.float_entries))
+    hist = label_hist if label_hist is not None else torch.ones(num_clients, 3, dtype=torch.long)
+    return Federation(num_clients=num_clients, num_classes=hist.shape[1], layout=layout, trainable=trainable,
+                      optimizer=ClientOptimizer(optimizer, lr, momentum, keeps_state), label_histograms=hist,
+                      train_sizes=torch.full((num_clients,), 10))
 
 
-class RecordingLoop:
-    """A fake loop for ``aggregate`` that records ``log_round`` calls and what a SummaryWriter would receive.
+class RecordingLogger(RoundLogger):
+    """A :class:`RoundLogger` that records what it is given: ``scalars``, ``histograms``, ``figures``."""
 
-    ``label_hist``, if given, is what ``loop.data.label_histograms(split)`` returns.
-    """
-
-    def __init__(self, layout: FlatStateLayout | None = None, *, client_lr: float = 0.1,
-                 label_hist: Tensor | None = None) -> None:
-        self.layout = layout
-        self.client_lr = client_lr
-        if label_hist is not None:
-            self.data = SimpleNamespace(label_histograms=lambda split: label_hist)
-        self.scalars: list[tuple[dict[str, float], int | None]] = []
+    def __init__(self, step: int = 1) -> None:
+        super().__init__([], step)
+        self.scalars: list[tuple[dict[str, float], int]] = []
         self.histograms: list[tuple[str, Tensor, int]] = []
         self.figures: list[tuple[str, int]] = []
-        writer = SimpleNamespace(
-            add_histogram=lambda tag, values, step: self.histograms.append((tag, values, step)),
-            add_figure=lambda tag, fig, step: self.figures.append((tag, step)),
-        )
-        self.tensorboard = lambda: [writer]
 
-    def log_round(self, metrics: dict[str, float], step: int | None = None, **kwargs: Any) -> None:
-        self.scalars.append((dict(metrics), step))
+    def log_scalars(self, metrics: Any, prog_bar: Sequence[str] = ()) -> None:
+        self.scalars.append(({k: float(v) for k, v in metrics.items()}, self.step))
+
+    def log_histogram(self, tag: str, values: Tensor) -> None:
+        self.histograms.append((tag, values, self.step))
+
+    def log_figure(self, tag: str, figure: Any) -> None:
+        self.figures.append((tag, self.step))
+
+    def at(self, step: int) -> RecordingLogger:
+        self.step = step
+        return self
+
+
+def prepared(callback: Any, federation: Federation) -> Any:
+    """``callback`` bound to ``federation`` as the loop does at set-up (client state shapes, checks)."""
+    callback.bind_client_state(federation.layout.numel)
+    callback.on_federation_setup(federation)
+    return callback
+
+
+def aggregate(callback: AggregationCallback, federation: Federation, round_idx: int, global_w: Tensor,
+              update: Any, log: RecordingLogger | None = None) -> Tensor:
+    """``callback.aggregate`` for round ``round_idx``, logging at step ``round_idx + 1``."""
+    log = RecordingLogger() if log is None else log
+    return callback.aggregate(round_idx, global_w, update, federation, log.at(round_idx + 1))
 
 
 def namespace_update(ids: Sequence[int], weights: Sequence[Sequence[float]], samples: Sequence[int] | None = None,
@@ -132,28 +146,31 @@ def checkpoint_roundtrip(state: dict[str, Any]) -> dict[str, Any]:
     return torch.load(buffer, weights_only=True)
 
 
-def assert_resume_exact(make: Callable[[], AggregationCallback], loop: Any, global_w: Tensor,
+def _shift_tensors(state: Any, amount: float) -> None:
+    if isinstance(state, Tensor):
+        if state.is_floating_point():
+            state.add_(amount)
+    elif isinstance(state, dict):
+        for inner in state.values():
+            _shift_tensors(inner, amount)
+
+
+def assert_resume_exact(make: Callable[[], AggregationCallback], federation: Federation, global_w: Tensor,
                         rounds: Sequence[CohortUpdate]) -> None:
     """Run ``rounds`` on one instance, and on a second one restored from the first's state after the
     first round; the second instance must then produce bit-identical global weights.
     """
-    uninterrupted = make()
-    w = uninterrupted.aggregate(None, loop, 0, global_w, rounds[0])
+    uninterrupted = prepared(make(), federation)
+    w = aggregate(uninterrupted, federation, 0, global_w, rounds[0])
     state = uninterrupted.state_dict()
-    resumed = make()
+    resumed = prepared(make(), federation)
     resumed.load_state_dict(checkpoint_roundtrip(state))
     # The saved state is a copy: changing it afterwards does not reach either instance.
-    for value in state.values():
-        if isinstance(value, Tensor):
-            value.add_(1000.0)
-        elif isinstance(value, dict):
-            for inner in value.values():
-                if isinstance(inner, Tensor):
-                    inner.add_(1000.0)
+    _shift_tensors(state, 1000.0)
     w_a, w_b = w, w.clone()
     for t, update in enumerate(rounds[1:], start=1):
-        w_a = uninterrupted.aggregate(None, loop, t, w_a, update)
-        w_b = resumed.aggregate(None, loop, t, w_b, update)
+        w_a = aggregate(uninterrupted, federation, t, w_a, update)
+        w_b = aggregate(resumed, federation, t, w_b, update)
         assert torch.equal(w_a, w_b), t
     assert not torch.equal(w_a, w), "the later rounds should move the model"
 

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from lightning_fl.callbacks.dwfed import DWFed
+
+from lightning_fl.federation import Federation
 from lightning_fl.validation import ConfigError
-from tests.callbacks.helpers import RecordingLoop, assert_cli_exits_2, events, namespace_update, shipped_config
+from tests.callbacks.helpers import (
+    RecordingLogger,
+    aggregate,
+    assert_cli_exits_2,
+    events,
+    fake_federation,
+    namespace_update,
+    prepared,
+    shipped_config,
+    vector_layout,
+)
 from tests.conftest import run_cli
 
 F64 = torch.float64
@@ -21,8 +32,14 @@ HIST = torch.tensor([[3, 1], [0, 4], [2, 2]])
 EMD = {0: 2 / 3, 1: 5 / 6, 2: 1 / 6}
 
 
-def _loop(client_lr: float = 0.1, hist: torch.Tensor = HIST) -> RecordingLoop:
-    return RecordingLoop(client_lr=client_lr, label_hist=hist)
+def _federation(client_lr: float = 0.1, hist: torch.Tensor = HIST) -> Federation:
+    return fake_federation(vector_layout(2), lr=client_lr, num_clients=len(hist), label_hist=hist)
+
+
+def _aggregate(cb: DWFed, round_idx: int, global_w: torch.Tensor, update_, federation: Federation | None = None,
+               log: RecordingLogger | None = None) -> torch.Tensor:
+    federation = _federation() if federation is None else federation
+    return aggregate(prepared(cb, federation), federation, round_idx, global_w, update_, log)
 
 
 update = namespace_update
@@ -40,16 +57,16 @@ def test_weights_by_hand_and_logged():
     ish0, ish2 = 0.4, 11 / 14
     assert ish(EMD[0], 2) == pytest.approx(ish0) and ish(EMD[2], 2) == pytest.approx(ish2)
     alpha = [ish0 / (ish0 + ish2), ish2 / (ish0 + ish2)]  # [0.33735, 0.66265]
-    loop = _loop()
-    got = DWFed().aggregate(None, loop, 4, torch.zeros(2, dtype=F64), update([0, 2], [Y[0], Y[2]]))
+    log = RecordingLogger()
+    got = _aggregate(DWFed(), 4, torch.zeros(2, dtype=F64), update([0, 2], [Y[0], Y[2]]), log=log)
     expected = [alpha[0] * Y[0][i] + alpha[1] * Y[2][i] for i in range(2)]
     torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-12)
-    tags = {tag: (values, step) for tag, values, step in loop.histograms}
+    tags = {tag: (values, step) for tag, values, step in log.histograms}
     torch.testing.assert_close(tags["server/weights"][0].double(), torch.tensor(alpha, dtype=F64), rtol=1e-6, atol=0)
     torch.testing.assert_close(tags["server/emd"][0].double(), torch.tensor([2 / 3, 1 / 6], dtype=F64), rtol=1e-6,
                                atol=0)
     assert tags["server/weights"][1] == tags["server/emd"][1] == 5  # round index 4 -> round number 5
-    assert loop.figures == [("server/weights", 5)]
+    assert log.figures == [("server/weights", 5)]
 
 
 def test_population_covers_all_clients_not_only_the_cohort():
@@ -60,7 +77,7 @@ def test_population_covers_all_clients_not_only_the_cohort():
     d2 = abs(1 / 2 - p[0]) + abs(1 / 2 - p[1])  # 1/8
     a = [ish(d0, 2), ish(d2, 2)]
     alpha = [a[0] / sum(a), a[1] / sum(a)]
-    got = DWFed().aggregate(None, _loop(hist=hist), 0, torch.zeros(2, dtype=F64), update([0, 2], [Y[0], Y[2]]))
+    got = _aggregate(DWFed(), 0, torch.zeros(2, dtype=F64), update([0, 2], [Y[0], Y[2]]), _federation(hist=hist))
     torch.testing.assert_close(got, torch.tensor([alpha[0] + 2 * alpha[1], 2 * alpha[1]], dtype=F64))
 
 
@@ -69,8 +86,8 @@ def test_eta_client_lr_and_weight_by_samples():
     raw = [ish(EMD[k], 3, eta=0.5) * n for k, n in zip(range(3), (10, 20, 30))]
     alpha = [r / sum(raw) for r in raw]
     cb = DWFed(eta_ish="client_lr", weight_by_samples=True)
-    got = cb.aggregate(None, _loop(client_lr=0.5), 0, torch.zeros(2, dtype=F64),
-                       update([0, 1, 2], Y, samples=[10, 20, 30]))
+    got = _aggregate(cb, 0, torch.zeros(2, dtype=F64), update([0, 1, 2], Y, samples=[10, 20, 30]),
+                     _federation(client_lr=0.5))
     expected = [sum(alpha[k] * Y[k][i] for k in range(3)) for i in range(2)]
     torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-12)
 
@@ -78,28 +95,27 @@ def test_eta_client_lr_and_weight_by_samples():
 def test_clamped_and_degenerate_weights():
     # eta = 3, cohort {1, 2}, K = 2: ISH_1 = (1 - 3 (5/6) / 2) / (11/6) < 0 -> clamped to 0;
     # ISH_2 = (1 - 3 (1/6) / 2) / (7/6) > 0: all weight on client 2.
-    got = DWFed(eta_ish=3.0).aggregate(None, _loop(), 0, torch.zeros(2, dtype=F64), update([1, 2], [Y[1], Y[2]]))
+    got = _aggregate(DWFed(eta_ish=3.0), 0, torch.zeros(2, dtype=F64), update([1, 2], [Y[1], Y[2]]))
     torch.testing.assert_close(got, torch.tensor(Y[2], dtype=F64))
     # eta = 5, cohort {0, 1}: 1 - 5 (2/3) / 2 < 0 and 1 - 5 (5/6) / 2 < 0: every ISH clamped to 0 ->
     # uniform weights and a warning (SPEC section 1).
     with pytest.warns(UserWarning, match="summed to 0"):
-        got = DWFed(eta_ish=5.0).aggregate(None, _loop(), 0, torch.zeros(2, dtype=F64),
-                                           update([0, 1], [Y[0], Y[1]]))
+        got = _aggregate(DWFed(eta_ish=5.0), 0, torch.zeros(2, dtype=F64), update([0, 1], [Y[0], Y[1]]))
     torch.testing.assert_close(got, torch.tensor([0.5, 0.5], dtype=F64))
 
 
 def test_one_client_cohort_gets_weight_one(recwarn):
-    got = DWFed(eta_ish=10.0).aggregate(None, _loop(), 0, torch.zeros(2, dtype=F64), update([1], [Y[1]]))
+    got = _aggregate(DWFed(eta_ish=10.0), 0, torch.zeros(2, dtype=F64), update([1], [Y[1]]))
     torch.testing.assert_close(got, torch.tensor(Y[1], dtype=F64))
     assert not [w for w in recwarn if "summed to 0" in str(w.message)]
 
 
 def test_stateless_and_figure_cadence():
     cb = DWFed(figure_every_n_rounds=0)
-    assert cb.state_dict() == {}
-    loop = _loop()
-    cb.aggregate(None, loop, 0, torch.zeros(2, dtype=F64), update([0, 2], [Y[0], Y[2]]))
-    assert loop.figures == [] and len(loop.histograms) == 2
+    assert cb.state_dict() == {"server": {}, "clients": {}}
+    log = RecordingLogger()
+    _aggregate(cb, 0, torch.zeros(2, dtype=F64), update([0, 2], [Y[0], Y[2]]), log=log)
+    assert log.figures == [] and len(log.histograms) == 2
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

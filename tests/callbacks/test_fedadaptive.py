@@ -6,15 +6,23 @@ import math
 
 import pytest
 import torch
+from lightning_fl.callbacks.fedadaptive import (
+    AdaptiveServerOptimizer,
+    FedAdagrad,
+    FedAdam,
+    FedYogi,
+)
 
-from lightning_fl.callbacks.fedadaptive import AdaptiveServerOptimizer, FedAdagrad, FedAdam, FedYogi
 from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import (
+    RecordingLogger,
+    aggregate,
     assert_cli_resume_exact,
     assert_resume_exact,
     assert_server_scalar_logged,
-    fake_loop,
+    fake_federation,
     make_update,
+    prepared,
     run_with,
     vec,
     vector_layout,
@@ -52,19 +60,20 @@ def _reference(kind, w, averages, lr, beta1, beta2, tau):
 @pytest.mark.parametrize("kind", ["adam", "yogi", "adagrad"])
 def test_two_rounds_match_hand_computation(kind):
     hp = {"lr": 1.0, "beta1": 0.5, "beta2": 0.75, "tau": 0.5}
-    cb, loop = CLASSES[kind](**hp), fake_loop(vector_layout(2))
+    fed, log = fake_federation(vector_layout(2)), RecordingLogger()
+    cb = prepared(CLASSES[kind](**hp), fed)
     # Round 0: n = [1, 1], w_avg = [2, -2]; round 1: n = [1, 3], w_avg = [0.25, 1].
     rounds = [make_update(0, [0, 1], [[1, 0], [3, -4]], [1, 1]), make_update(1, [1, 2], [[1, 4], [0, 0]], [1, 3])]
     expected = _reference(kind, [0.0, 0.0], [[2.0, -2.0], [0.25, 1.0]], **hp)
     w = vec(0, 0)
     for t, update in enumerate(rounds):
-        w = cb.aggregate(None, loop, t, w, update)
+        w = aggregate(cb, fed, t, w, update, log)
         exp_w, exp_m, exp_v = expected[t]
         torch.testing.assert_close(w, vec(*exp_w))
         torch.testing.assert_close(cb.m, vec(*exp_m))
         torch.testing.assert_close(cb.v, vec(*exp_v))
-        metrics, step, callback_metrics = loop.logged[-1]
-        assert step == t + 1 and callback_metrics is False
+        metrics, step = log.scalars[-1]
+        assert step == t + 1
         assert metrics["server/m_norm"] == pytest.approx(math.hypot(*exp_m), rel=1e-5)
         assert metrics["server/v_mean"] == pytest.approx(sum(exp_v) / 2, rel=1e-5)
 
@@ -74,8 +83,9 @@ def test_first_round_values_written_out():
     # Adam v = 0.75 * 0.25 + 0.25 * 4 = 1.1875; Yogi v = 0.25 + 0.25 * 4 = 1.25 (sign(0.25 - 4) = -1);
     # Adagrad v = 0.25 + 4 = 4.25; w = m / (sqrt(v) + 0.5).
     for kind, v in (("adam", 1.1875), ("yogi", 1.25), ("adagrad", 4.25)):
-        cb = CLASSES[kind](lr=1.0, beta1=0.5, beta2=0.75, tau=0.5)
-        w = cb.aggregate(None, fake_loop(), 0, vec(0, 0), make_update(0, [0, 1], [[1, 0], [3, -4]], [1, 1]))
+        fed = fake_federation(vector_layout(2))
+        cb = prepared(CLASSES[kind](lr=1.0, beta1=0.5, beta2=0.75, tau=0.5), fed)
+        w = aggregate(cb, fed, 0, vec(0, 0), make_update(0, [0, 1], [[1, 0], [3, -4]], [1, 1]))
         step = 1 / (math.sqrt(v) + 0.5)
         torch.testing.assert_close(w, vec(step, -step))
         torch.testing.assert_close(cb.v, vec(v, v))
@@ -89,19 +99,20 @@ def test_defaults_match_spec():
 
 @pytest.mark.parametrize("kind", ["adam", "yogi", "adagrad"])
 def test_degenerate_cohorts(kind):
-    loop = fake_loop(vector_layout(2))
+    fed = fake_federation(vector_layout(2))
     cls = CLASSES[kind]
     # One client and all-equal clients give the same step (w_avg = y).
-    one = cls(lr=0.1).aggregate(None, loop, 0, vec(1, 1), make_update(0, [5], [[2, 0]], [3]))
-    equal = cls(lr=0.1).aggregate(None, loop, 0, vec(1, 1), make_update(0, [1, 4], [[2, 0], [2, 0]], [3, 9]))
+    one = aggregate(prepared(cls(lr=0.1), fed), fed, 0, vec(1, 1), make_update(0, [5], [[2, 0]], [3]))
+    equal = aggregate(prepared(cls(lr=0.1), fed), fed, 0, vec(1, 1),
+                      make_update(0, [1, 4], [[2, 0], [2, 0]], [3, 9]))
     torch.testing.assert_close(one, equal)
     # No movement at all: D = 0, m stays 0, the model stays put (and stays finite).
-    still = cls().aggregate(None, loop, 0, vec(1, 1), make_update(0, [0, 1], [[1, 1], [1, 1]]))
+    still = aggregate(prepared(cls(), fed), fed, 0, vec(1, 1), make_update(0, [0, 1], [[1, 1], [1, 1]]))
     torch.testing.assert_close(still, vec(1, 1))
     # All sample counts zero: uniform weights, warned once.
-    zero = cls(lr=1.0, beta1=0.0, beta2=0.0, tau=1.0)
+    zero = prepared(cls(lr=1.0, beta1=0.0, beta2=0.0, tau=1.0), fed)
     with pytest.warns(UserWarning, match="summed to 0"):
-        w = zero.aggregate(None, loop, 0, vec(0, 0), make_update(0, [0, 1], [[2, 0], [0, 4]], [0, 0]))
+        w = aggregate(zero, fed, 0, vec(0, 0), make_update(0, [0, 1], [[2, 0], [0, 4]], [0, 0]))
     assert torch.isfinite(w).all() and w[0] > 0 and w[1] > 0
 
 
@@ -109,7 +120,7 @@ def test_degenerate_cohorts(kind):
 def test_resume_is_exact(kind):
     updates = [make_update(0, [0, 2], [[0, 2], [2, -2]], [1, 3]), make_update(1, [1, 3], [[1, 0], [0, 1]], [2, 2]),
                make_update(2, [0, 1], [[3, 1], [1, 0]], [4, 1])]
-    assert_resume_exact(lambda: CLASSES[kind](lr=0.3), fake_loop(vector_layout(2)), vec(1, 2), updates)
+    assert_resume_exact(lambda: CLASSES[kind](lr=0.3), fake_federation(vector_layout(2)), vec(1, 2), updates)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

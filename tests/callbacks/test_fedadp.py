@@ -6,18 +6,35 @@ import math
 
 import pytest
 import torch
-
 from lightning_fl.callbacks.fedadp import FedAdp
+
 from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import (
+    RecordingLogger,
+    aggregate,
     assert_resume_exact,
     assert_server_scalar_logged,
     events,
-    fake_loop,
+    fake_federation,
     make_update,
+    prepared,
     run_with,
     vec,
+    vector_layout,
 )
+
+FED = fake_federation(vector_layout(2))
+
+
+def fedadp(**kwargs) -> FedAdp:
+    return prepared(FedAdp(**kwargs), FED)
+
+
+def smoothed_angles(cb: FedAdp) -> dict[int, float]:
+    """Client id to the stored smoothed angle ``th_k``, for every client seen."""
+    state = cb.smoothed_angle.state_dict()
+    rows = [] if state["rows"] is None else state["rows"].tolist()
+    return dict(zip(state["ids"].tolist(), rows))
 
 
 def _angle(a, b):
@@ -44,65 +61,64 @@ def _reference(w, ys, ns, previous, counts, a=5.0):
 
 
 def test_two_rounds_with_smoothing_match_hand_computation():
-    cb, loop = FedAdp(), fake_loop()
+    cb, log = fedadp(), RecordingLogger()
     # Round 0: g_0 = [1, 0], g_1 = [0, 1], p = [1/4, 3/4]: g = [0.25, 0.75]; theta_0 = arccos(0.25 / |g|) etc.
     ys0, ns0 = [[-1, 0], [0, -1]], [1, 3]
-    w1 = cb.aggregate(None, loop, 0, vec(0, 0), make_update(0, [0, 1], ys0, ns0, participation=[1, 1]))
+    w1 = aggregate(cb, FED, 0, vec(0, 0), make_update(0, [0, 1], ys0, ns0, participation=[1, 1]), log)
     exp_w1, th0, _ = _reference([0, 0], ys0, ns0, [0, 0], [1, 1])
     assert th0[0] == pytest.approx(math.acos(0.25 / math.sqrt(0.625)))
     torch.testing.assert_close(w1, vec(*exp_w1))
-    assert cb.smoothed_angles[0] == pytest.approx(th0[0], rel=1e-6)
-    assert cb.smoothed_angles[1] == pytest.approx(th0[1], rel=1e-6)
+    assert smoothed_angles(cb)[0] == pytest.approx(th0[0], rel=1e-6)
+    assert smoothed_angles(cb)[1] == pytest.approx(th0[1], rel=1e-6)
     # Round 1: client 1 again (m = 2: th = (th_prev + theta) / 2) and client 2 for the first time.
     ys1, ns1 = [[w1[0].item() + 0.5, w1[1].item() - 1.0], [w1[0].item() - 1.0, w1[1].item() - 1.0]], [2, 2]
-    w2 = cb.aggregate(None, loop, 1, w1, make_update(1, [1, 2], ys1, ns1, participation=[2, 1]))
+    w2 = aggregate(cb, FED, 1, w1, make_update(1, [1, 2], ys1, ns1, participation=[2, 1]), log)
     exp_w2, th1, _ = _reference(w1.tolist(), ys1, ns1, [th0[1], 0.0], [2, 1])
     torch.testing.assert_close(w2, vec(*exp_w2))
-    assert cb.smoothed_angles[1] == pytest.approx(th1[0], rel=1e-6)
-    assert cb.smoothed_angles[2] == pytest.approx(th1[1], rel=1e-6)
-    assert cb.smoothed_angles[0] == pytest.approx(th0[0], rel=1e-6)  # absent this round: unchanged
-    metrics, step, callback_metrics = loop.logged[-1]
-    assert step == 2 and callback_metrics is False
+    assert smoothed_angles(cb)[1] == pytest.approx(th1[0], rel=1e-6)
+    assert smoothed_angles(cb)[2] == pytest.approx(th1[1], rel=1e-6)
+    assert smoothed_angles(cb)[0] == pytest.approx(th0[0], rel=1e-6)  # absent this round: unchanged
+    metrics, step = log.scalars[-1]
+    assert step == 2
     assert metrics["server/smoothed_angle_mean"] == pytest.approx(sum(th1) / 2, rel=1e-6)
 
 
 def test_degenerate_cohorts():
-    loop = fake_loop()
     # One client: psi = 1.
-    one = FedAdp().aggregate(None, loop, 0, vec(0, 0), make_update(0, [2], [[3, 4]], [5]))
+    one = aggregate(fedadp(), FED, 0, vec(0, 0), make_update(0, [2], [[3, 4]], [5]))
     torch.testing.assert_close(one, vec(3, 4))
     # All-equal deltas: every angle is 0, so psi = n_k / sum n (FedAvg) - here also equal to y.
-    cb = FedAdp()
-    same = cb.aggregate(None, loop, 0, vec(0, 0), make_update(0, [0, 1], [[1, 1], [1, 1]], [1, 3]))
+    cb = fedadp()
+    same = aggregate(cb, FED, 0, vec(0, 0), make_update(0, [0, 1], [[1, 1], [1, 1]], [1, 3]))
     torch.testing.assert_close(same, vec(1, 1))
-    assert cb.smoothed_angles == {0: 0.0, 1: 0.0}
+    assert smoothed_angles(cb) == {0: 0.0, 1: 0.0}
     # Updates that cancel (g = 0): every angle is pi/2, psi = n_k / sum n.
-    cancel = FedAdp()
-    w = cancel.aggregate(None, loop, 0, vec(0, 0), make_update(0, [0, 1], [[1, 0], [-1, 0]], [1, 1]))
+    cancel = fedadp()
+    w = aggregate(cancel, FED, 0, vec(0, 0), make_update(0, [0, 1], [[1, 0], [-1, 0]], [1, 1]))
     torch.testing.assert_close(w, vec(0, 0))
-    assert cancel.smoothed_angles[0] == pytest.approx(math.pi / 2)
+    assert smoothed_angles(cancel)[0] == pytest.approx(math.pi / 2)
     # All sample counts zero: uniform weights, warned once.
-    zero = FedAdp()
+    zero = fedadp()
     with pytest.warns(UserWarning, match="summed to 0"):
-        w = zero.aggregate(None, loop, 0, vec(0, 0), make_update(0, [0, 1], [[2, 0], [0, 2]], [0, 0]))
+        w = aggregate(zero, FED, 0, vec(0, 0), make_update(0, [0, 1], [[2, 0], [0, 2]], [0, 0]))
     assert torch.isfinite(w).all()
 
 
 def test_client_with_earlier_participations_but_no_stored_angle_starts_afresh():
     # E.g. resumed from a FedAvg checkpoint: m_k = 3 but nothing to average with.
     ys, ns = [[-1, 0], [0, -1]], [1, 3]
-    cb = FedAdp()
-    w = cb.aggregate(None, fake_loop(), 5, vec(0, 0), make_update(5, [0, 1], ys, ns, participation=[3, 1]))
+    cb = fedadp()
+    w = aggregate(cb, FED, 5, vec(0, 0), make_update(5, [0, 1], ys, ns, participation=[3, 1]))
     exp_w, th, _ = _reference([0, 0], ys, ns, [0, 0], [1, 1])
     torch.testing.assert_close(w, vec(*exp_w))
-    assert cb.smoothed_angles[0] == pytest.approx(th[0], rel=1e-6)
+    assert smoothed_angles(cb)[0] == pytest.approx(th[0], rel=1e-6)
 
 
 def test_resume_is_exact():
     updates = [make_update(0, [0, 1], [[-1, 0], [0, -1]], [1, 3], participation=[1, 1]),
                make_update(1, [1, 2], [[0.5, -1], [-1, -1]], [2, 2], participation=[2, 1]),
                make_update(2, [0, 2], [[1, 0.5], [0.2, -0.3]], [4, 1], participation=[2, 2])]
-    assert_resume_exact(FedAdp, fake_loop(), vec(0, 0), updates)
+    assert_resume_exact(FedAdp, FED, vec(0, 0), updates)
 
 
 def test_bad_arguments():

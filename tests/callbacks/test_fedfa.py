@@ -6,21 +6,31 @@ import math
 
 import pytest
 import torch
-
 from lightning_fl.callbacks.fedfa import FedFa
 from lightning_fl.callbacks.fedfa_mo import FedFaMo
+
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import (
-    RecordingLoop,
+    RecordingLogger,
+    aggregate,
     assert_cli_exits_2,
     events,
+    fake_federation,
+    prepared,
     run_4_and_2_plus_2,
     shipped_config,
+    vector_layout,
     with_checkpoint,
 )
 
 F64 = torch.float64
+FED = fake_federation(vector_layout(2), momentum=0.9)
+
+
+def fedfa(cls=None, **kwargs):
+    """A FedFa (or ``cls``) bound to the two-entry federation ``FED``."""
+    return prepared((cls or FedFa)(**kwargs), FED)
 
 
 def update(round_idx, ids, weights, acc, participation, samples=None) -> CohortUpdate:
@@ -71,8 +81,8 @@ def test_hand_numbers_of_the_example():
 @pytest.mark.parametrize("period", [1, 2])
 def test_two_rounds_by_hand(form, period):
     gamma, eta = 0.5, 0.8
-    cb = FedFa(alpha=0.5, beta=0.5, server_momentum=gamma, server_lr=eta, period=period, momentum_form=form)
-    loop = RecordingLoop()
+    cb = fedfa(alpha=0.5, beta=0.5, server_momentum=gamma, server_lr=eta, period=period, momentum_form=form)
+    log = RecordingLogger()
 
     def momentum_update(m, g):
         return [gamma * mi + (gi if form == "heavy_ball" else (1 - gamma) * gi) for mi, gi in zip(m, g)]
@@ -83,38 +93,38 @@ def test_two_rounds_by_hand(form, period):
         g = [wi - ai for wi, ai in zip(w, agg)]  # pseudo-gradient w^t - w_agg
         m = momentum_update(m, g)
         expected = [wi - eta * mi for wi, mi in zip(w, m)] if (t + 1) % period == 0 else agg
-        got = cb.aggregate(None, loop, t, torch.tensor(w, dtype=F64), update(t, **r))
+        got = aggregate(cb, FED, t, torch.tensor(w, dtype=F64), update(t, **r), log)
         torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(cb.momentum, torch.tensor(m, dtype=F64), rtol=1e-12, atol=1e-12)
-        assert loop.scalars[-1] == ({"server/momentum_norm": pytest.approx(math.hypot(*m), rel=1e-6)}, t + 1)
+        assert log.scalars[-1] == ({"server/momentum_norm": pytest.approx(math.hypot(*m), rel=1e-6)}, t + 1)
         w = expected
 
 
 def test_no_momentum_is_exactly_weighted_average():
-    cb = FedFa(alpha=0.3, beta=0.7, server_momentum=0.0)
-    got = cb.aggregate(None, RecordingLoop(), 0, torch.tensor(W0, dtype=F64), update(0, **R0))
+    cb = fedfa(alpha=0.3, beta=0.7, server_momentum=0.0)
+    got = aggregate(cb, FED, 0, torch.tensor(W0, dtype=F64), update(0, **R0))
     expected = axpy(fedfa_weights_by_hand(R0["acc"], R0["participation"], 0.3, 0.7), R0["weights"])
     torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-14, atol=1e-14)
 
 
 def test_logs_weights_histogram_and_figure_with_round_numbers():
-    cb = FedFa(figure_every_n_rounds=2)
-    loop = RecordingLoop()
+    cb = fedfa(figure_every_n_rounds=2)
+    log = RecordingLogger()
     for t in range(3):
-        cb.aggregate(None, loop, t, torch.tensor(W0, dtype=F64), update(t, **R0))
-    assert [(tag, step) for tag, _, step in loop.histograms] == [("server/weights", 1), ("server/weights", 2),
-                                                                  ("server/weights", 3)]
-    torch.testing.assert_close(loop.histograms[0][1].double(),
+        aggregate(cb, FED, t, torch.tensor(W0, dtype=F64), update(t, **R0), log)
+    assert [(tag, step) for tag, _, step in log.histograms] == [("server/weights", 1), ("server/weights", 2),
+                                                                 ("server/weights", 3)]
+    torch.testing.assert_close(log.histograms[0][1].double(),
                                torch.tensor(fedfa_weights_by_hand([0.5, 0.25], [1, 3], 0.5, 0.5), dtype=F64),
                                rtol=1e-6, atol=1e-7)
-    assert loop.figures == [("server/weights", 1), ("server/weights", 3)]
+    assert log.figures == [("server/weights", 1), ("server/weights", 3)]
 
 
 def test_one_client_cohort_gets_weight_one_without_warning(recwarn):
     # Iacc = -log2(1) = 0 and If = -log2(1 - 1 + c): a sum of one weight; weight 1 is the only answer.
-    cb = FedFa(server_momentum=0.5)
+    cb = fedfa(server_momentum=0.5)
     w0 = torch.tensor(W0, dtype=F64)
-    got = cb.aggregate(None, RecordingLoop(), 0, w0, update(0, [4], [[3.0, 5.0]], [0.7], [2]))
+    got = aggregate(cb, FED, 0, w0, update(0, [4], [[3.0, 5.0]], [0.7], [2]))
     # First round: m = g = w0 - y, so w^1 = w0 - m = y.
     torch.testing.assert_close(got, torch.tensor([3.0, 5.0], dtype=F64))
     assert not [w for w in recwarn if "summed to 0" in str(w.message)]
@@ -122,48 +132,48 @@ def test_one_client_cohort_gets_weight_one_without_warning(recwarn):
 
 def test_zero_accuracies_fall_back_to_uniform_accuracy_information():
     # alpha = 1: only the accuracy term. All accuracies 0 -> a = uniform (SPEC 1 fallback) -> Iacc uniform.
-    cb = FedFa(alpha=1.0, beta=0.0, server_momentum=0.0)
+    cb = fedfa(alpha=1.0, beta=0.0, server_momentum=0.0)
     with pytest.warns(UserWarning, match="summed to 0"):
-        got = cb.aggregate(None, RecordingLoop(), 0, torch.tensor(W0, dtype=F64), update(0, **{**R0, "acc": [0.0, 0.0]}))
+        got = aggregate(cb, FED, 0, torch.tensor(W0, dtype=F64), update(0, **{**R0, "acc": [0.0, 0.0]}))
     torch.testing.assert_close(got, torch.tensor([1.0, 1.0], dtype=F64))  # (y_0 + y_1) / 2
     # One accuracy 0: a = [0, 1] -> Iacc = [-log2(1e-10), 0] -> all the weight on the zero-accuracy client.
-    got = cb.aggregate(None, RecordingLoop(), 1, torch.tensor(W0, dtype=F64), update(1, **{**R0, "acc": [0.0, 0.4]}))
+    got = aggregate(cb, FED, 1, torch.tensor(W0, dtype=F64), update(1, **{**R0, "acc": [0.0, 0.4]}))
     torch.testing.assert_close(got, torch.tensor([2.0, 0.0], dtype=F64))
 
 
 def test_frequency_term_favours_frequent_participants():
-    cb = FedFa(alpha=0.0, beta=1.0, server_momentum=0.0)
-    loop = RecordingLoop()
-    cb.aggregate(None, loop, 0, torch.tensor(W0, dtype=F64), update(0, **{**R0, "participation": [1, 5]}))
-    weights = loop.histograms[-1][1]
+    cb = fedfa(alpha=0.0, beta=1.0, server_momentum=0.0)
+    log = RecordingLogger()
+    aggregate(cb, FED, 0, torch.tensor(W0, dtype=F64), update(0, **{**R0, "participation": [1, 5]}), log)
+    weights = log.histograms[-1][1]
     assert weights[1] > weights[0]
 
 
 def test_state_dict_round_trip_continues_identically():
-    cb = FedFa(server_momentum=0.9, period=2)
-    w1 = cb.aggregate(None, RecordingLoop(), 0, torch.tensor(W0, dtype=F64), update(0, **R0))
+    cb = fedfa(server_momentum=0.9, period=2)
+    w1 = aggregate(cb, FED, 0, torch.tensor(W0, dtype=F64), update(0, **R0))
     state = cb.state_dict()
-    resumed = FedFa(server_momentum=0.9, period=2)
+    resumed = fedfa(server_momentum=0.9, period=2)
     resumed.load_state_dict(state)
     cb.momentum.add_(1.0)  # the saved state is a copy
     cb.load_state_dict(state)
-    a = cb.aggregate(None, RecordingLoop(), 1, w1, update(1, **R1))
-    b = resumed.aggregate(None, RecordingLoop(), 1, w1, update(1, **R1))
+    a = aggregate(cb, FED, 1, w1, update(1, **R1))
+    b = aggregate(resumed, FED, 1, w1, update(1, **R1))
     assert torch.equal(a, b) and torch.equal(cb.momentum, resumed.momentum)
     # A fresh callback (momentum zero) would have taken a different step.
-    fresh = FedFa(server_momentum=0.9, period=2).aggregate(None, RecordingLoop(), 1, w1, update(1, **R1))
+    fresh = aggregate(fedfa(server_momentum=0.9, period=2), FED, 1, w1, update(1, **R1))
     assert not torch.allclose(a, fresh)
 
 
 def test_fedfa_mo_uses_sample_weights_with_double_momentum():
-    cb = FedFaMo(server_momentum=0.5)
+    cb = fedfa(FedFaMo, server_momentum=0.5)
     w = W0
     m = [0.0, 0.0]
     for t, (r, n) in enumerate(((R0, [30, 10]), (R1, [5, 15]))):
         agg = axpy(norm(n), r["weights"])
         m = [0.5 * mi + wi - ai for mi, wi, ai in zip(m, w, agg)]
         expected = [wi - mi for wi, mi in zip(w, m)]
-        got = cb.aggregate(None, RecordingLoop(), t, torch.tensor(w, dtype=F64), update(t, **r, samples=n))
+        got = aggregate(cb, FED, t, torch.tensor(w, dtype=F64), update(t, **r, samples=n))
         torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-12)
         w = expected
     assert not hasattr(cb, "alpha")
@@ -201,7 +211,7 @@ def test_cli_resume_2_plus_2_equals_4_and_logs_tensorboard(tiny, tmp_path):
              "trainer.check_val_every_n_epoch": 4}
     a, b = run_4_and_2_plus_2(tiny, tmp_path, **extra)  # asserts identical final weights
     key = class_path.rsplit(".", 1)[1]
-    assert torch.equal(a["callbacks"][key]["momentum"], b["callbacks"][key]["momentum"])
+    assert torch.equal(a["callbacks"][key]["server"]["momentum"], b["callbacks"][key]["server"]["momentum"])
     assert torch.equal(a["federated"]["clients"]["participation"], b["federated"]["clients"]["participation"])
 
     logged = events(tmp_path)

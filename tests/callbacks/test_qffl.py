@@ -4,64 +4,76 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from lightning_fl.callbacks.qffl import QFFL
+
 from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import (
+    RecordingLogger,
+    aggregate,
     assert_resume_exact,
     assert_server_scalar_logged,
-    fake_loop,
+    fake_federation,
     make_update,
+    prepared,
     run_with,
     vec,
+    vector_layout,
 )
+
+
+def _federation(lr: float = 0.1):
+    return fake_federation(vector_layout(2), lr=lr)
+
+
+def _aggregate(cb, federation, round_idx, global_w, update, log=None):
+    return aggregate(prepared(cb, federation), federation, round_idx, global_w, update, log)
 from tests.conftest import run_cli
 
 
 def test_rounds_match_hand_computation():
-    loop = fake_loop(lr=0.5)  # L = 2
+    fed, log = _federation(lr=0.5), RecordingLogger()  # L = 2
     update = make_update(0, [0, 1], [[1, 0], [0, -1]], loss_before=[1.0, 3.0])
     # dw = 2 (w - y) = [[-2, 0], [0, 2]], ||dw||^2 = [4, 4].
     # q = 1: D = F dw = [[-2, 0], [0, 6]]; h = ||dw||^2 + L F = [6, 10]; w^1 = -[-2, 6] / 16.
-    w1 = QFFL(q=1.0).aggregate(None, loop, 0, vec(0, 0), update)
+    w1 = _aggregate(QFFL(q=1.0), fed, 0, vec(0, 0), update, log)
     torch.testing.assert_close(w1, vec(0.125, -0.375))
-    metrics, step, callback_metrics = loop.logged[-1]
-    assert step == 1 and callback_metrics is False
+    metrics, step = log.scalars[-1]
+    assert step == 1
     assert metrics["server/loss_before_mean"] == pytest.approx(2.0)
     assert metrics["server/update_norm"] == pytest.approx(float(vec(0.125, -0.375).norm()))
     # Second round from w^1 with q = 2: F^2 = [1, 9]; D = [[-2, 0], [0, 18]];
     # h = 2 F ||dw||^2 + L F^2 = [8 + 2, 24 + 18] = [10, 42].
     y = [[0.125 + 1, -0.375], [0.125, -0.375 - 1]]
-    w2 = QFFL(q=2.0).aggregate(None, loop, 1, w1, make_update(1, [0, 1], y, loss_before=[1.0, 3.0]))
+    w2 = _aggregate(QFFL(q=2.0), fed, 1, w1, make_update(1, [0, 1], y, loss_before=[1.0, 3.0]), log)
     torch.testing.assert_close(w2, vec(0.125 + 2 / 52, -0.375 - 18 / 52))
 
 
 def test_q_zero_is_unweighted_mean():
-    w = QFFL(q=0.0).aggregate(None, fake_loop(lr=0.1), 0, vec(0, 0),
-                              make_update(0, [0, 1], [[1, 0], [3, 2]], num_samples=[1, 99], loss_before=[5.0, 0.1]))
+    w = _aggregate(QFFL(q=0.0), _federation(lr=0.1), 0, vec(0, 0),
+                   make_update(0, [0, 1], [[1, 0], [3, 2]], num_samples=[1, 99], loss_before=[5.0, 0.1]))
     torch.testing.assert_close(w, vec(2, 1))
 
 
 def test_degenerate_cohorts():
-    loop = fake_loop(lr=0.5)
+    fed = _federation(lr=0.5)
     # One client, q = 1: w - F dw / (||dw||^2 + L F) with dw = 2 (w - y) = [-2, 0], F = 2: [2 * 2 / (4 + 4), 0].
-    one = QFFL().aggregate(None, loop, 0, vec(0, 0), make_update(0, [3], [[1, 0]], loss_before=[2.0]))
+    one = _aggregate(QFFL(), fed, 0, vec(0, 0), make_update(0, [3], [[1, 0]], loss_before=[2.0]))
     torch.testing.assert_close(one, vec(0.5, 0))
     # All-equal deltas: every D_k and h_k is the same, so the step equals the one-client step.
-    same = QFFL().aggregate(None, loop, 0, vec(0, 0), make_update(0, [0, 1], [[1, 0], [1, 0]], loss_before=[2.0, 2.0]))
+    same = _aggregate(QFFL(), fed, 0, vec(0, 0), make_update(0, [0, 1], [[1, 0], [1, 0]], loss_before=[2.0, 2.0]))
     torch.testing.assert_close(same, vec(0.5, 0))
     # No client moved: dw = 0, h = L F > 0, the model stays put.
-    still = QFFL().aggregate(None, loop, 0, vec(1, 2), make_update(0, [0, 1], [[1, 2], [1, 2]], loss_before=[0.0, 0.0]))
+    still = _aggregate(QFFL(), fed, 0, vec(1, 2), make_update(0, [0, 1], [[1, 2], [1, 2]], loss_before=[0.0, 0.0]))
     torch.testing.assert_close(still, vec(1, 2))
     with pytest.raises(RuntimeError, match="loss_before"):
-        QFFL().aggregate(None, loop, 0, vec(0, 0), make_update(0, [0], [[1, 0]]))
+        _aggregate(QFFL(), fed, 0, vec(0, 0), make_update(0, [0], [[1, 0]]))
 
 
 def test_stateless_resume_is_exact():
     updates = [make_update(0, [0, 1], [[1, 0], [0, -1]], loss_before=[1.0, 3.0]),
                make_update(1, [1, 2], [[0, 1], [2, 0]], loss_before=[0.5, 2.0])]
-    assert_resume_exact(QFFL, fake_loop(lr=0.5), vec(0, 0), updates)
+    assert_resume_exact(QFFL, _federation(lr=0.5), vec(0, 0), updates)
 
 
 def test_asks_the_engine_for_loss_before():
@@ -74,12 +86,19 @@ def test_asks_the_engine_for_loss_before():
     lambda p: torch.optim.Adam(p, lr=0.1),
 ], ids=["sgd-momentum", "adam"])
 def test_setup_rejects_other_client_optimizers(optimizer):
-    loop = fake_loop(optimizer=optimizer)
-    loop.client_momentum = float(optimizer([torch.nn.Parameter(torch.zeros(1))]).defaults.get("momentum", 0.0))
+    momentum = float(optimizer([torch.nn.Parameter(torch.zeros(1))]).defaults.get("momentum", 0.0))
+    fed = fake_federation(optimizer=optimizer, momentum=momentum)
     with pytest.raises(ConfigError, match=r"^optimizer: q-FFL needs torch.optim.SGD with momentum 0"):
-        QFFL().setup(None, loop, "fit")
-    QFFL().setup(None, loop, "validate")  # evaluation does not train
-    QFFL().setup(None, fake_loop(), "fit")  # plain SGD passes
+        prepared(QFFL(), fed)
+    prepared(QFFL(), fake_federation())  # plain SGD passes
+
+
+def test_evaluation_alone_skips_the_optimizer_check(tiny):
+    # validate trains nothing, so q-FFL's requirement on the client optimizer does not apply.
+    config = tiny(**{"trainer.callbacks": [{"class_path": "lightning_fl.callbacks.QFFL"}],
+                     "model.optimizer.init_args.momentum": 0.9})
+    assert run_cli("validate", "--config", str(config)) == 0
+    assert run_cli("fit", "--config", str(config)) == 2
 
 
 def test_bad_arguments():

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
+import lightning_fl.datamodules as datamodules
 import pytest
 import torch
-from matplotlib.figure import Figure
-from torch.utils.data import DataLoader
-
-import lightning_fl.datamodules as datamodules
 from lightning_fl.datamodules import (
     DigitsDataModule,
     FederatedData,
@@ -15,6 +12,9 @@ from lightning_fl.datamodules import (
     PooledDataModule,
     SyntheticDataModule,
 )
+from matplotlib.figure import Figure
+from torch.utils.data import DataLoader
+
 from lightning_fl.data import offsets_from_sizes
 
 

@@ -9,9 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from lightning_fl.datamodules import CIFAR10DataModule
-from lightning_fl.datamodules.cifar10 import CIFAR10_FOLDER, load_cifar10, write_cifar_archive
+from lightning_fl.datamodules.cifar10 import (
+    CIFAR10_FOLDER,
+    load_cifar10,
+    write_cifar_archive,
+)
 from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-
 from lightning_fl.datamodules.downloads import (
     CorruptDataError,
     DataNotFoundError,
@@ -16,6 +15,7 @@ from lightning_fl.datamodules.downloads import (
     missing_message,
     verify_file,
 )
+
 from lightning_fl.validation import ConfigError
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from lightning_fl.datamodules import FashionMNISTDataModule, MNISTDataModule
 from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundError
 from lightning_fl.datamodules.idx import parse_idx, read_idx, write_idx
 from lightning_fl.datamodules.mnist import FASHION_MNIST, MNIST, load_idx_dataset
 from lightning_fl.datamodules.train_test_pool import deal_by_label, stratified_subsample
+
 from lightning_fl.validation import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

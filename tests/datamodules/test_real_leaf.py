@@ -7,10 +7,10 @@ import re
 
 import pytest
 import torch
-
 from lightning_fl.datamodules import LeafDataModule
 from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundError
 from lightning_fl.datamodules.leaf import LEAF_LETTERS, encode_text
+
 from lightning_fl.validation import ConfigError
 
 

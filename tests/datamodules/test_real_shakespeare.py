@@ -7,11 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from lightning_fl.datamodules import ShakespeareDataModule
 from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundError
 from lightning_fl.datamodules.leaf import LEAF_LETTERS
-from lightning_fl.datamodules.shakespeare import SHAKESPEARE_PLAYS, client_name, leaf_windows, parse_play, read_plays
+from lightning_fl.datamodules.shakespeare import (
+    SHAKESPEARE_PLAYS,
+    client_name,
+    leaf_windows,
+    parse_play,
+    read_plays,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-from lightning_fl.reporting.tables import fairness_csv, fairness_table
 from lightning_fl.functional.fairness import (
     FAIRNESS_KEYS,
     client_accuracies,
@@ -15,6 +14,7 @@ from lightning_fl.functional.fairness import (
     first_reaching,
     tail_count,
 )
+from lightning_fl.reporting.tables import fairness_csv, fairness_table
 
 # Five clients, accuracies [0.1, 0.5, 0.9, 0.7, 0.3] with totals [10, 20, 10, 40, 20]:
 # correct = [1, 10, 9, 28, 6].

@@ -7,7 +7,11 @@ import math
 import pytest
 import torch
 
-from lightning_fl.functional.fedadp import cosine_similarity_rows, fedadp_weights, gompertz
+from lightning_fl.functional.fedadp import (
+    cosine_similarity_rows,
+    fedadp_weights,
+    gompertz,
+)
 
 F64 = torch.float64
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_fl.functional.scaffold import scaffold_client_control, scaffold_correct_grad, scaffold_server_step
+from lightning_fl.functional.scaffold import (
+    scaffold_client_control,
+    scaffold_correct_grad,
+    scaffold_server_step,
+)
 
 F64 = torch.float64
 

@@ -7,7 +7,11 @@ import math
 import pytest
 import torch
 
-from lightning_fl.functional.server_optimizers import adaptive_server_step, fedavgm_step, init_adaptive_state
+from lightning_fl.functional.server_optimizers import (
+    adaptive_server_step,
+    fedavgm_step,
+    init_adaptive_state,
+)
 
 F64 = torch.float64
 

@@ -6,10 +6,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from lightning_fl.callbacks.communication_cost import (
+    estimate_round_seconds,
+    transfer_seconds,
+)
+from lightning_fl.callbacks.fedavg import FedAvg
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from lightning_fl.callbacks.communication_cost import estimate_round_seconds, transfer_seconds
-from lightning_fl.callbacks.fedavg import FedAvg
 from lightning_fl.hierarchy import assign_clients
 from lightning_fl.rounds import RoundTraffic
 from lightning_fl.validation import ConfigError
@@ -55,9 +58,9 @@ class _Recorder(FedAvg):
         for client in ctx.client_ids.tolist():
             _Recorder.events.append(("local", ctx.round_idx, ctx.sub_round, client))
 
-    def aggregate(self, trainer, loop, round_idx, global_w, update):
+    def aggregate(self, round_idx, global_w, update, federation, log):
         _Recorder.events.append(("server", round_idx, tuple(update.client_ids.tolist())))
-        return super().aggregate(trainer, loop, round_idx, global_w, update)
+        return super().aggregate(round_idx, global_w, update, federation, log)
 
 
 def test_institution_rounds_happen_before_each_server_aggregation(tiny):

@@ -1,0 +1,89 @@
+"""The one local-step routine that every client engine runs, with the client hooks in their order.
+
+A local step of the clients in a :class:`~lightning_fl.engines.cohort.LocalTrainingContext` is, in
+this order (SPEC section 1 with the client hooks of :class:`~lightning_fl.engines.hooks.ClientHooks`):
+
+1. gradients of the data loss plus ``local_loss_term`` (e.g. FedProx's proximal term);
+2. under ``16-mixed``, unscale the gradients if a hook will read them;
+3. ``correct_local_gradients`` (e.g. SCAFFOLD's ``g - c_k + c``);
+4. the client optimizer's step;
+5. ``after_local_step`` with the step just taken (e.g. IGFL's group correction).
+
+Engines differ only in *what* is stepped, a :class:`StepTarget`: one client's working module in the
+sequential engine, a chunk of stacked clients in the vectorized one. A new client-side hook is added
+here, once, for both.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from lightning_fl.engines.cohort import LocalTrainingContext
+from lightning_fl.engines.hooks import ClientHookSet
+from lightning_fl.engines.optimizers import step_function
+
+#: ``params (C, ...) -> (C,)`` extra loss per client, or ``None`` (the summed ``local_loss_term`` hooks).
+LossTerm = Callable[[dict[str, Tensor]], Tensor | None]
+
+
+class StepTarget(ABC):
+    """The parameters a local step updates, as the engine holds them; hooks see ``(C, ...)`` tensors."""
+
+    @abstractmethod
+    def gradients(self, loss_term: LossTerm | None, scaler: torch.amp.GradScaler | None) -> Tensor:
+        """Set the leaves' ``.grad`` from the step's data loss (+ ``loss_term``); return the logits."""
+
+    @abstractmethod
+    def correct_gradients(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None]) -> None:
+        """Run ``hook(params, grads)`` on ``(C, ...)`` views and keep what it wrote into ``grads``."""
+
+    @abstractmethod
+    def snapshot(self) -> Any:
+        """The parameters before the optimizer step (for ``after_local_step``)."""
+
+    @abstractmethod
+    def after_step(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None], before: Any) -> None:
+        """Run ``hook(params, step_delta)`` on ``(C, ...)`` views after the optimizer step."""
+
+
+class LocalStep:
+    """Takes local steps of one engine's :class:`StepTarget` in the order of the module docstring.
+
+    Args:
+        hooks: The run's client hooks.
+        optimizer: The client optimizer over the target's leaves.
+        scaler: The ``16-mixed`` gradient scaler, or ``None``.
+    """
+
+    def __init__(self, hooks: ClientHookSet, optimizer: Optimizer, scaler: torch.amp.GradScaler | None) -> None:
+        self.hooks, self.optimizer, self.scaler = hooks, optimizer, scaler
+        self.use_term = hooks.has("local_loss_term")
+        self.use_fix = hooks.has("correct_local_gradients")
+        self.use_after = hooks.has("after_local_step")
+        self._step = step_function(optimizer)  # optimizer.step minus torch's per-call profiler range
+
+    def __call__(self, ctx: LocalTrainingContext, target: StepTarget, step_idx: int) -> Tensor:
+        """Local step ``step_idx`` of the clients in ``ctx``; returns the logits of its batch."""
+        hooks, scaler = self.hooks, self.scaler
+        ctx.step = step_idx
+        term = (lambda params: hooks.local_loss_term(ctx, params)) if self.use_term else None
+        logits = target.gradients(term, scaler)
+        if scaler is not None and (self.use_fix or self.use_after):
+            scaler.unscale_(self.optimizer)  # hooks read and write true gradients, not scaled ones
+        if self.use_fix:
+            target.correct_gradients(lambda params, grads: hooks.correct_local_gradients(ctx, params, grads))
+        before = target.snapshot() if self.use_after else None
+        if scaler is not None:
+            scaler.step(self.optimizer)
+            scaler.update()
+        else:
+            self._step()
+        if self.use_after:
+            target.after_step(lambda params, delta: hooks.after_local_step(ctx, params, delta), before)
+        return logits
