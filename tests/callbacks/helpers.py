@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -138,43 +137,6 @@ def vec(*values: float) -> Tensor:
     return torch.tensor(values, dtype=torch.float32)
 
 
-def checkpoint_roundtrip(state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` after ``torch.save``/``torch.load`` (with ``weights_only``, as a checkpoint could be)."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    buffer.seek(0)
-    return torch.load(buffer, weights_only=True)
-
-
-def _shift_tensors(state: Any, amount: float) -> None:
-    if isinstance(state, Tensor):
-        if state.is_floating_point():
-            state.add_(amount)
-    elif isinstance(state, dict):
-        for inner in state.values():
-            _shift_tensors(inner, amount)
-
-
-def assert_resume_exact(make: Callable[[], AggregationCallback], federation: Federation, global_w: Tensor,
-                        rounds: Sequence[CohortUpdate]) -> None:
-    """Run ``rounds`` on one instance, and on a second one restored from the first's state after the
-    first round; the second instance must then produce bit-identical global weights.
-    """
-    uninterrupted = prepared(make(), federation)
-    w = aggregate(uninterrupted, federation, 0, global_w, rounds[0])
-    state = uninterrupted.state_dict()
-    resumed = prepared(make(), federation)
-    resumed.load_state_dict(checkpoint_roundtrip(state))
-    # The saved state is a copy: changing it afterwards does not reach either instance.
-    _shift_tensors(state, 1000.0)
-    w_a, w_b = w, w.clone()
-    for t, update in enumerate(rounds[1:], start=1):
-        w_a = aggregate(uninterrupted, federation, t, w_a, update)
-        w_b = aggregate(resumed, federation, t, w_b, update)
-        assert torch.equal(w_a, w_b), t
-    assert not torch.equal(w_a, w), "the later rounds should move the model"
-
-
 # ---------------------------------------------------------------------------------------- CLI runs
 def version_dir(tmp_path: Path, version: int = 0) -> Path:
     return tmp_path / "logs" / "run" / f"version_{version}"
@@ -241,22 +203,3 @@ def assert_server_scalar_logged(tmp_path: Path, tag: str, rounds: int = 4) -> li
     values = [e.value for e in scalars]
     assert all(torch.isfinite(torch.tensor(values))), values
     return values
-
-
-def assert_cli_resume_exact(tiny: Callable[..., Path], tmp_path: Path, callback: dict[str, Any],
-                            **overrides: Any) -> None:
-    """4 rounds in one go vs 2 + 2 rounds from ``last.ckpt``: identical final weights and callback state."""
-    a, b = run_4_and_2_plus_2(tiny, tmp_path, **{"trainer.callbacks": with_checkpoint(callback), **overrides})
-    name = callback["class_path"].rsplit(".", 1)[-1]
-    _assert_same_state(a["callbacks"][name], b["callbacks"][name])
-
-
-def _assert_same_state(a: Any, b: Any) -> None:
-    if isinstance(a, Tensor):
-        assert torch.equal(a, b)
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for key in a:
-            _assert_same_state(a[key], b[key])
-    else:
-        assert a == b

@@ -12,7 +12,6 @@ from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import (
     RecordingLogger,
     aggregate,
-    assert_resume_exact,
     assert_server_scalar_logged,
     events,
     fake_federation,
@@ -112,13 +111,6 @@ def test_client_with_earlier_participations_but_no_stored_angle_starts_afresh():
     exp_w, th, _ = _reference([0, 0], ys, ns, [0, 0], [1, 1])
     torch.testing.assert_close(w, vec(*exp_w))
     assert smoothed_angles(cb)[0] == pytest.approx(th[0], rel=1e-6)
-
-
-def test_resume_is_exact():
-    updates = [make_update(0, [0, 1], [[-1, 0], [0, -1]], [1, 3], participation=[1, 1]),
-               make_update(1, [1, 2], [[0.5, -1], [-1, -1]], [2, 2], participation=[2, 1]),
-               make_update(2, [0, 2], [[1, 0.5], [0.2, -0.3]], [4, 1], participation=[2, 2])]
-    assert_resume_exact(FedAdp, FED, vec(0, 0), updates)
 
 
 def test_bad_arguments():

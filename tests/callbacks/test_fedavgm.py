@@ -12,7 +12,6 @@ from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import (
     RecordingLogger,
     aggregate,
-    assert_resume_exact,
     assert_server_scalar_logged,
     fake_federation,
     make_update,
@@ -64,12 +63,6 @@ def test_degenerate_cohorts():
     with pytest.warns(UserWarning, match="summed to 0"):
         w = aggregate(zero, fed, 0, vec(0, 0), make_update(0, [0, 1], [[2, 0], [0, 4]], [0, 0]))
     torch.testing.assert_close(w, vec(1, 2))
-
-
-def test_resume_is_exact():
-    updates = [make_update(0, [0, 2], [[0, 2], [2, -2]], [1, 3]), make_update(1, [1, 3], [[1, 0], [0, 1]], [2, 2]),
-               make_update(2, [0, 1], [[3, 1], [1, 0]], [4, 1])]
-    assert_resume_exact(lambda: FedAvgM(beta=0.9, server_lr=0.7), fake_federation(vector_layout(2)), vec(1, 2), updates)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

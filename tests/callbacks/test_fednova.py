@@ -12,7 +12,6 @@ from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import (
     RecordingLogger,
     aggregate,
-    assert_resume_exact,
     assert_server_scalar_logged,
     fake_federation,
     make_update,
@@ -70,13 +69,6 @@ def test_degenerate_cohorts():
     with pytest.warns(UserWarning, match="summed to 0"):
         w = aggregate(cb, sgd, 0, vec(0, 0), make_update(0, [0, 1], [[-2, 0], [0, -4]], [0, 0], [1, 1]))
     torch.testing.assert_close(w, vec(-1, -2))
-
-
-def test_stateless_resume_is_exact():
-    updates = [make_update(0, [0, 1], [[-1, 0], [-4, 2]], [1, 3], [1, 4]),
-               make_update(1, [2, 3], [[0, 1], [2, 2]], [5, 1], [2, 7])]
-    assert FedNova().state_dict() == {"server": {}, "clients": {}}
-    assert_resume_exact(FedNova, fake_federation(vector_layout(2), momentum=0.5), vec(0, 0), updates)
 
 
 def test_setup_checks_client_momentum():

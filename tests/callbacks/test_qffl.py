@@ -11,7 +11,6 @@ from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import (
     RecordingLogger,
     aggregate,
-    assert_resume_exact,
     assert_server_scalar_logged,
     fake_federation,
     make_update,
@@ -68,12 +67,6 @@ def test_degenerate_cohorts():
     torch.testing.assert_close(still, vec(1, 2))
     with pytest.raises(RuntimeError, match="loss_before"):
         _aggregate(QFFL(), fed, 0, vec(0, 0), make_update(0, [0], [[1, 0]]))
-
-
-def test_stateless_resume_is_exact():
-    updates = [make_update(0, [0, 1], [[1, 0], [0, -1]], loss_before=[1.0, 3.0]),
-               make_update(1, [1, 2], [[0, 1], [2, 0]], loss_before=[0.5, 2.0])]
-    assert_resume_exact(QFFL, _federation(lr=0.5), vec(0, 0), updates)
 
 
 def test_asks_the_engine_for_loss_before():

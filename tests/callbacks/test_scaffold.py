@@ -25,8 +25,6 @@ from tests.callbacks.helpers import (
     RecordingLogger,
     TwoParamsAndBuffer,
     aggregate,
-    assert_cli_resume_exact,
-    assert_resume_exact,
     assert_server_scalar_logged,
     fake_federation,
     make_update,
@@ -119,14 +117,6 @@ def test_degenerate_cases():
     torch.testing.assert_close(lazy.control, vec(0.25, -0.25, 0))
 
 
-def test_resume_is_exact():
-    updates = [make_update(0, [0, 2], [[0.8, 2.2, 11], [1.2, 1.4, 12]], num_steps=[2, 4]),
-               make_update(1, [2, 3], [[0.9, 1.9, 11], [1.1, 1.6, 12]], num_steps=[1, 2]),
-               make_update(2, [0, 3], [[1.3, 1.2, 10], [0.7, 2.1, 13]], num_steps=[3, 1])]
-    loop = _federation()
-    assert_resume_exact(lambda: Scaffold(), loop, vec(1, 2, 10), updates)
-
-
 def test_bad_arguments():
     with pytest.raises(ConfigError, match="server_lr must be a finite number > 0"):
         Scaffold(server_lr=-1.0)
@@ -209,5 +199,3 @@ def test_cli_run_logs_control_norm(tiny, tmp_path):
     assert norms[-1] > 0
 
 
-def test_cli_resume_is_exact(tiny, tmp_path):
-    assert_cli_resume_exact(tiny, tmp_path, {"class_path": "lightning_fl.callbacks.scaffold.Scaffold"})
