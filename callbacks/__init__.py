@@ -14,6 +14,7 @@ from lightning_fl.callbacks.fedadaptive import FedAdagrad, FedAdam, FedYogi
 from lightning_fl.callbacks.fedadp import FedAdp
 from lightning_fl.callbacks.fedavg import FedAvg
 from lightning_fl.callbacks.fedavgm import FedAvgM
+from lightning_fl.callbacks.feddyn import FedDyn
 from lightning_fl.callbacks.fedfa import FedFa
 from lightning_fl.callbacks.fedfa_mo import FedFaMo
 from lightning_fl.callbacks.fednova import FedNova
@@ -42,6 +43,7 @@ __all__ = [
     "FedAdp",
     "FedAvg",
     "FedAvgM",
+    "FedDyn",
     "FedNova",
     "FedProx",
     "FedYogi",

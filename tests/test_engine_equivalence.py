@@ -16,14 +16,14 @@ import copy
 import pytest
 import pytorch_lightning as pl
 import torch
-from lightning_fl.callbacks import IGFL, FedAvg, FedProx, IGFLClient, Scaffold
+from lightning_fl.callbacks import IGFL, FedAvg, FedDyn, FedProx, IGFLClient, Scaffold
 from lightning_fl.datamodules import SyntheticDataModule
 
 from lightning_fl.engines.base import num_local_steps
 from lightning_fl.loop import FederatedLoop
 from lightning_fl.models import MLP, LogisticRegression
 
-CLIENT_SIDE_CALLBACKS = [FedAvg(), FedProx(mu=0.1), Scaffold(), IGFLClient(), IGFL(attention="time")]
+CLIENT_SIDE_CALLBACKS = [FedAvg(), FedProx(mu=0.1), Scaffold(), IGFLClient(), IGFL(attention="time"), FedDyn(alpha=0.1)]
 
 ROUNDS = 3
 

@@ -30,6 +30,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("FedAdam", {"lr": 0.05}, {}),
     ("FedYogi", {"lr": 0.05}, {}),
     ("FedAdagrad", {"lr": 0.05}, {}),
+    ("FedDyn", {"alpha": 0.1}, {}),
     ("Scaffold", {}, {}),
     ("Scaffold", {}, {"model.engine": "sequential"}),
     ("Scaffold", {}, {"model.client_state": "disk"}),

@@ -12,6 +12,7 @@ MODULES = [
     "weights",
     "server_optimizers",
     "scaffold",
+    "feddyn",
     "fednova",
     "qffl",
     "fedadp",
