@@ -12,6 +12,13 @@ import pytest
 from tests.conftest import run_cli
 
 AGGREGATORS_TWICE = [{"class_path": "lightning_fl.callbacks.FedAvg"}, {"class_path": "lightning_fl.callbacks.FedProx"}]
+PARTITIONS = "lightning_fl.datamodules.partitions"
+
+
+def digits(partition: object) -> dict:
+    """Six clients of scikit-learn digits split by ``partition`` (a YAML value)."""
+    return {"class_path": "lightning_fl.datamodules.DigitsDataModule",
+            "init_args": {"num_clients": 6, "partition": partition}}
 
 
 @pytest.mark.parametrize(("override", "message"), [
@@ -23,11 +30,12 @@ AGGREGATORS_TWICE = [{"class_path": "lightning_fl.callbacks.FedAvg"}, {"class_pa
      "optimizer.init_args.lr must be a number > 0; got -0.1"),
     ({"data": {"class_path": "lightning_fl.datamodules.SyntheticDataModule", "init_args": {"variant": "2_2"}}},
      "variant must be one of 0_0, 0.5_0.5, 1_1, iid; got '2_2'"),
-    ({"data": {"class_path": "lightning_fl.datamodules.DigitsDataModule", "init_args": {"partition": "zipf"}}},
-     "partition must be one of iid, dirichlet, shards, quantity; got 'zipf'"),
-    ({"data": {"class_path": "lightning_fl.datamodules.DigitsDataModule", "init_args": {"partition": "dirichlet",
-                                                                           "dirichlet_alpha": -1.0}}},
-     "dirichlet_alpha"),
+    ({"data": digits({"class_path": f"{PARTITIONS}.Dirichlet", "init_args": {"alpha": -1.0}})},
+     "partition.alpha must be a finite number > 0; got -1.0"),
+    ({"data": digits({"class_path": f"{PARTITIONS}.Shards", "init_args": {"classes_per_client": 11}})},
+     "partition.classes_per_client must be between 1 and 10 (the classes present in the labels); got 11"),
+    ({"data": digits({"class_path": f"{PARTITIONS}.Dirichlet", "init_args": {"alpha": 0.5, "min_size": 400}})},
+     "partition.min_size must be at most 299 (1797 samples over 6 clients); got 400"),
     ({"data": {"class_path": "lightning_fl.datamodules.SyntheticDataModule", "init_args": {"test_fraction": 1.5}}},
      "test_fraction"),
     ({"model.client": {"class_path": "lightning_fl.models.LogisticRegression", "init_args": {"in_features": 784}}},
