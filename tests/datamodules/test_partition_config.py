@@ -17,7 +17,8 @@ from tests.conftest import run_cli, tiny_config, write_config
 
 PARTITIONS = [
     ("IID", {}, IID()),
-    ("Dirichlet", {"alpha": 0.3, "min_size": 5, "cap_at_mean": True}, Dirichlet(alpha=0.3, min_size=5, cap_at_mean=True)),
+    ("Dirichlet", {"alpha": 0.3, "min_size": 5, "cap_at_mean": True},
+     Dirichlet(alpha=0.3, min_size=5, cap_at_mean=True)),
     ("Shards", {"classes_per_client": 3}, Shards(classes_per_client=3)),
     ("Quantity", {"distribution": "power_law", "power": 2.0, "min_size": 20},
      Quantity(distribution="power_law", power=2.0, min_size=20)),

@@ -125,7 +125,8 @@ def test_shards_errors_name_the_field():
         Shards(classes_per_client=11)(labels, 5, gen())
     with pytest.raises(ValueError, match=r"^partition\.classes_per_client must be an integer >= 1; got 0"):
         Shards(classes_per_client=0)  # needs no data: fails when configured
-    with pytest.raises(ValueError, match=r"num_clients \* partition\.classes_per_client must be between 10 .* got 3 \* 2 = 6"):
+    with pytest.raises(ValueError,
+                       match=r"num_clients \* partition\.classes_per_client must be between 10 .* got 3 \* 2 = 6"):
         Shards(classes_per_client=2)(labels, 3, gen())
 
 

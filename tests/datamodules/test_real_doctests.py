@@ -13,7 +13,7 @@ MODULES = [
     "lightning_fl.datamodules.partitions.iid", "lightning_fl.datamodules.partitions.dirichlet",
     "lightning_fl.datamodules.partitions.shards", "lightning_fl.datamodules.partitions.quantity",
     "lightning_fl.datamodules.partitions.numpy_rng", "lightning_fl.datamodules.partitions.owners",
-    "lightning_fl.datamodules.largest_remainder",
+    "lightning_fl.datamodules.partitions.config_errors", "lightning_fl.datamodules.largest_remainder",
     "lightning_fl.datamodules.split", "lightning_fl.datamodules.assemble", "lightning_fl.datamodules.pooled",
     "lightning_fl.datamodules.digits",
     "lightning_fl.datamodule", "lightning_fl.reporting.tables",
