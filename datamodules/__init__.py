@@ -3,8 +3,12 @@
 * :class:`FederatedDataModule`: base class; builds :class:`FederatedData` once, hands the loop
   "round ticket" dataloaders, reports label histograms / EMD and a partition heat map.
 * :class:`SyntheticDataModule`: FedProx Synthetic(alpha, beta) / Synthetic-IID (FedFa's four sets).
-* :class:`PooledDataModule`: any pooled ``(x, y)`` split by ``iid`` / ``dirichlet`` / ``shards`` /
-  ``quantity``; :class:`DigitsDataModule`: the same on scikit-learn's 8x8 digits.
+* :class:`PooledDataModule`: any pooled ``(x, y)`` split by a partition of
+  :mod:`lightning_fl.datamodules.partitions` (``IID``, ``Dirichlet``, ``Shards``, ``Quantity``);
+  :class:`DigitsDataModule`: the same on scikit-learn's 8x8 digits.
+
+The partition classes are imported from :mod:`lightning_fl.datamodules.partitions` only (one class
+path in YAML: ``lightning_fl.datamodules.partitions.Dirichlet``).
 """
 
 from __future__ import annotations
@@ -16,22 +20,12 @@ from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.datamodules.assemble import build_from_pooled
 from lightning_fl.datamodules.digits import DigitsDataModule
 from lightning_fl.data import FederatedData
-from lightning_fl.datamodules.partition import (
-    PARTITIONS,
-    make_partition,
-    partition_dirichlet,
-    partition_iid,
-    partition_quantity,
-    partition_shards,
-    split_train_test,
-    validate_partition,
-)
 from lightning_fl.datamodules.pooled import PooledDataModule
+from lightning_fl.datamodules.split import split_train_test
 from lightning_fl.datamodules.synthetic import SyntheticDataModule, generate_synthetic
 from lightning_fl.datamodules.synthetic_pooled import PooledSyntheticDataModule, generate_synthetic_pool
 
 __all__ = [
-    "PARTITIONS",
     "DigitsDataModule",
     "FederatedData",
     "FederatedDataModule",
@@ -41,13 +35,7 @@ __all__ = [
     "build_from_pooled",
     "generate_synthetic",
     "generate_synthetic_pool",
-    "make_partition",
-    "partition_dirichlet",
-    "partition_iid",
-    "partition_quantity",
-    "partition_shards",
     "split_train_test",
-    "validate_partition",
 ]
 
 # Real data sets (docs/datasets.md): IDX (MNIST, Fashion-MNIST), CIFAR-10, LEAF JSON, Shakespeare.

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from lightning_fl.data import FederatedData, offsets_from_sizes
-from lightning_fl.datamodules.partition import split_train_test
+from lightning_fl.datamodules.split import split_train_test
 from lightning_fl.validation import ConfigError, check_test_fraction
 
 __all__ = ["build_from_pooled"]
@@ -22,7 +22,7 @@ def build_from_pooled(
 ) -> FederatedData:
     """Assemble :class:`FederatedData` from a pooled dataset and per-client index lists (SPEC section 8).
 
-    Each client's indices are split into train and test with :func:`~lightning_fl.datamodules.partition.split_train_test`
+    Each client's indices are split into train and test with :func:`~lightning_fl.datamodules.split.split_train_test`
     (clients in order, all drawing from ``generator``); the splits are concatenated client by client.
 
     Args:

@@ -31,6 +31,7 @@ from lightning_fl.datamodules.downloads import (
     missing_message,
     verify_file,
 )
+from lightning_fl.datamodules.partitions import Partition
 from lightning_fl.datamodules.train_test_pool import TrainTestPoolDataModule
 
 __all__ = [
@@ -162,19 +163,13 @@ class CIFAR10DataModule(TrainTestPoolDataModule):
         data_dir: Where ``cifar-10-python.tar.gz`` (or ``cifar-10-batches-py/``) is, directly or in
             ``cifar10/``.
         num_clients: Number of clients.
-        partition: ``iid``, ``dirichlet``, ``shards`` or ``quantity``.
+        partition: A :class:`~lightning_fl.datamodules.partitions.Partition` (``IID``, ``Dirichlet``,
+            ``Shards``, ``Quantity``); ``None`` is ``IID()``.
         test_set: ``official`` (partition the 50,000 training images; deal the 10,000 test images to
             clients by label) or ``pooled`` (pool all 60,000; per-client ``test_fraction`` split).
         flatten: ``(3072,)`` inputs.
         normalize: Standardise per channel instead of scaling to ``[0, 1]``.
         subsample: Fraction of each split kept (class-stratified, seeded).
-        dirichlet_alpha: Concentration of the ``dirichlet`` partition.
-        dirichlet_cap_at_mean: NIID-Bench's cap (see :class:`~lightning_fl.datamodules.pooled.PooledDataModule`).
-        min_size: Minimum client size (``dirichlet``, ``quantity``).
-        classes_per_client: Classes per client (``shards``).
-        quantity_distribution: ``lognormal`` or ``power_law`` (``quantity``).
-        quantity_sigma: Lognormal shape (``quantity``).
-        quantity_power: Pareto index (``quantity``).
         download: Download the archive from the URL when missing (md5-checked; needs internet).
         verify_checksums: Check size and md5 of the archive or batches.
         seed: Seed of subsample, partition, test deal and train/test split.
@@ -192,18 +187,11 @@ class CIFAR10DataModule(TrainTestPoolDataModule):
         self,
         data_dir: str = "data",
         num_clients: int = 100,
-        partition: str = "iid",
+        partition: Partition | None = None,
         test_set: str = "official",
         flatten: bool = False,
         normalize: bool = True,
         subsample: float = 1.0,
-        dirichlet_alpha: float = 0.5,
-        dirichlet_cap_at_mean: bool = False,
-        min_size: int = 10,
-        classes_per_client: int = 2,
-        quantity_distribution: str = "lognormal",
-        quantity_sigma: float = 1.0,
-        quantity_power: float = 1.5,
         download: bool = False,
         verify_checksums: bool = True,
         seed: int = 0,
@@ -211,10 +199,7 @@ class CIFAR10DataModule(TrainTestPoolDataModule):
     ) -> None:
         super().__init__(
             test_set=test_set, normalize=normalize, flatten=flatten, subsample=subsample,
-            partition=partition, num_clients=num_clients, dirichlet_alpha=dirichlet_alpha,
-            dirichlet_cap_at_mean=dirichlet_cap_at_mean, min_size=min_size, classes_per_client=classes_per_client,
-            quantity_distribution=quantity_distribution, quantity_sigma=quantity_sigma,
-            quantity_power=quantity_power, num_classes=10, seed=seed, test_fraction=test_fraction,
+            partition=partition, num_clients=num_clients, num_classes=10, seed=seed, test_fraction=test_fraction,
         )
         self.data_dir = data_dir
         self.download = bool(download)

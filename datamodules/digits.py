@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
+from lightning_fl.datamodules.partitions import Partition
 from lightning_fl.datamodules.pooled import PooledDataModule
 
 __all__ = ["DigitsDataModule"]
@@ -23,47 +24,41 @@ class DigitsDataModule(PooledDataModule):
 
     Args:
         num_clients: Number of clients (default 20: about 90 samples each).
-        partition: One of ``iid``, ``dirichlet``, ``shards``, ``quantity``.
+        partition: A :class:`~lightning_fl.datamodules.partitions.Partition`; ``None`` is ``IID()``.
         flatten: Flatten each image to 64 features.
-        dirichlet_alpha: See :class:`~lightning_fl.datamodules.pooled.PooledDataModule`.
-        min_size: See :class:`~lightning_fl.datamodules.pooled.PooledDataModule`.
-        classes_per_client: See :class:`~lightning_fl.datamodules.pooled.PooledDataModule`.
-        quantity_distribution: See :class:`~lightning_fl.datamodules.pooled.PooledDataModule`.
-        quantity_sigma: See :class:`~lightning_fl.datamodules.pooled.PooledDataModule`.
-        quantity_power: See :class:`~lightning_fl.datamodules.pooled.PooledDataModule`.
         seed: Seed of the partition and of the train/test split.
         test_fraction: Fraction of each client's samples held out for testing, in ``[0, 1)``.
 
     Raises:
-        ConfigError: For an unknown partition or an out-of-range value (one line naming the field).
+        ConfigError: For a ``partition`` that is not a Partition or an out-of-range value (one line
+            naming the field).
 
     Example:
-        >>> dm = DigitsDataModule(num_clients=10, partition="dirichlet", dirichlet_alpha=0.3)
+        >>> from lightning_fl.datamodules.partitions import Dirichlet
+        >>> dm = DigitsDataModule(num_clients=10, partition=Dirichlet(alpha=0.3))
         >>> dm.setup()
         >>> dm.num_clients, dm.num_classes, dm.input_shape
         (10, 10, (64,))
+
+    Example (YAML)::
+
+        data:
+          class_path: lightning_fl.datamodules.DigitsDataModule
+          init_args:
+            num_clients: 30
+            partition: {class_path: lightning_fl.datamodules.partitions.Shards, init_args: {classes_per_client: 2}}
     """
 
     def __init__(
         self,
         num_clients: int = 20,
-        partition: str = "iid",
+        partition: Partition | None = None,
         flatten: bool = True,
-        dirichlet_alpha: float = 0.5,
-        min_size: int = 10,
-        classes_per_client: int = 2,
-        quantity_distribution: str = "lognormal",
-        quantity_sigma: float = 1.0,
-        quantity_power: float = 1.5,
         seed: int = 0,
         test_fraction: float = 0.2,
     ) -> None:
-        super().__init__(
-            partition=partition, num_clients=num_clients, dirichlet_alpha=dirichlet_alpha, min_size=min_size,
-            classes_per_client=classes_per_client, quantity_distribution=quantity_distribution,
-            quantity_sigma=quantity_sigma, quantity_power=quantity_power, num_classes=10, seed=seed,
-            test_fraction=test_fraction,
-        )
+        super().__init__(partition=partition, num_clients=num_clients, num_classes=10, seed=seed,
+                         test_fraction=test_fraction)
         self.flatten = bool(flatten)
 
     @override

@@ -26,7 +26,7 @@ from typing_extensions import override
 from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundError, missing_message
 from lightning_fl.data import FederatedData, offsets_from_sizes
-from lightning_fl.datamodules.partition import split_train_test
+from lightning_fl.datamodules.split import split_train_test
 from lightning_fl.seeding import generator_for
 from lightning_fl.validation import ConfigError, check_positive
 

@@ -33,6 +33,7 @@ from lightning_fl.datamodules.downloads import (
     verify_file,
 )
 from lightning_fl.datamodules.idx import parse_idx, read_raw
+from lightning_fl.datamodules.partitions import Partition
 from lightning_fl.datamodules.train_test_pool import TrainTestPoolDataModule
 
 __all__ = [
@@ -200,18 +201,11 @@ class _IDXImageDataModule(TrainTestPoolDataModule):
         self,
         data_dir: str = "data",
         num_clients: int = 100,
-        partition: str = "iid",
+        partition: Partition | None = None,
         test_set: str = "official",
         flatten: bool = False,
         normalize: bool = True,
         subsample: float = 1.0,
-        dirichlet_alpha: float = 0.5,
-        dirichlet_cap_at_mean: bool = False,
-        min_size: int = 10,
-        classes_per_client: int = 2,
-        quantity_distribution: str = "lognormal",
-        quantity_sigma: float = 1.0,
-        quantity_power: float = 1.5,
         download: bool = False,
         verify_checksums: bool = True,
         seed: int = 0,
@@ -219,10 +213,7 @@ class _IDXImageDataModule(TrainTestPoolDataModule):
     ) -> None:
         super().__init__(
             test_set=test_set, normalize=normalize, flatten=flatten, subsample=subsample,
-            partition=partition, num_clients=num_clients, dirichlet_alpha=dirichlet_alpha,
-            dirichlet_cap_at_mean=dirichlet_cap_at_mean, min_size=min_size, classes_per_client=classes_per_client,
-            quantity_distribution=quantity_distribution, quantity_sigma=quantity_sigma,
-            quantity_power=quantity_power, num_classes=10, seed=seed, test_fraction=test_fraction,
+            partition=partition, num_clients=num_clients, num_classes=10, seed=seed, test_fraction=test_fraction,
         )
         self.data_dir = data_dir
         self.download = bool(download)
@@ -255,21 +246,14 @@ class FashionMNISTDataModule(_IDXImageDataModule):
         data_dir: Root data directory; files are read from ``<data_dir>/fashion-mnist/`` or
             ``/usr/share/datasets/fashion-mnist/`` (``make data`` fills the former).
         num_clients: Number of clients.
-        partition: ``iid``, ``dirichlet``, ``shards`` (``classes_per_client`` classes each;
-            McMahan's sort-and-partition) or ``quantity``.
+        partition: A :class:`~lightning_fl.datamodules.partitions.Partition` (``IID``, ``Dirichlet``,
+            ``Shards`` (McMahan's sort-and-partition), ``Quantity``); ``None`` is ``IID()``.
         test_set: ``official`` (clients' test data = the official test set dealt by label; the
             default, as DWFed/IGFL/Tempo evaluate on the test set) or ``pooled`` (70,000 images
             pooled, each client split ``1 - test_fraction`` / ``test_fraction``, as FedFa/LEAF).
         flatten: ``(784,)`` inputs instead of ``(1, 28, 28)``.
         normalize: Standardise (see above) instead of scaling to ``[0, 1]``.
         subsample: Fraction of each file kept (class-stratified, seeded), for small machines.
-        dirichlet_alpha: Concentration of the ``dirichlet`` partition.
-        dirichlet_cap_at_mean: NIID-Bench's cap (see :class:`~lightning_fl.datamodules.pooled.PooledDataModule`).
-        min_size: Minimum client size (``dirichlet``, ``quantity``).
-        classes_per_client: Classes per client (``shards``).
-        quantity_distribution: ``lognormal`` or ``power_law`` (``quantity``).
-        quantity_sigma: Lognormal shape (``quantity``).
-        quantity_power: Pareto index (``quantity``).
         download: Download missing files from the upstream URLs (md5-checked; needs internet).
         verify_checksums: Check shapes and sha256 digests of the release (header/length checks always run).
         seed: Seed of the subsample, the partition, the test deal and the train/test split.
@@ -285,7 +269,9 @@ class FashionMNISTDataModule(_IDXImageDataModule):
 
         data:
           class_path: lightning_fl.datamodules.FashionMNISTDataModule
-          init_args: {num_clients: 100, partition: shards, classes_per_client: 2}
+          init_args:
+            num_clients: 100
+            partition: {class_path: lightning_fl.datamodules.partitions.Shards, init_args: {classes_per_client: 2}}
     """
 
     DATASET = FASHION_MNIST

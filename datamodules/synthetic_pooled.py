@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
+from lightning_fl.datamodules.partitions import Dirichlet, Partition
 from lightning_fl.datamodules.pooled import PooledDataModule
 from lightning_fl.validation import ConfigError, check_positive
 
@@ -49,32 +50,40 @@ def generate_synthetic_pool(num_samples: int, num_features: int = 60, num_classe
 
 
 class PooledSyntheticDataModule(PooledDataModule):
-    """Synthetic-IID samples pooled and split by a partitioner (e.g. Dirichlet label skew).
+    """Synthetic-IID samples pooled and split by a partition (by default Dirichlet label skew).
 
     The quick stand-in for an image dataset when a partition, not the natural users of the
     Synthetic(alpha, beta) generator, should create the heterogeneity (Tempo's Dirichlet setting on
-    synthetic data). All partition options are those of :class:`~lightning_fl.datamodules.PooledDataModule`.
+    synthetic data).
 
     Args:
         num_samples: Size of the pool.
         num_features: Input dimension.
-        **partition_options: ``partition``, ``num_clients``, ``dirichlet_alpha``, ``min_size``, ``seed``, ...
+        partition: A :class:`~lightning_fl.datamodules.partitions.Partition`; ``None`` is
+            ``Dirichlet(alpha=0.1, min_size=2, cap_at_mean=True)`` (Tempo's skew, feasible for 200 clients).
+        num_clients: Number of clients.
+        seed: Seed of the pool, the partition and the train/test split.
+        test_fraction: Fraction of each client's samples held out for testing, in ``[0, 1)``.
 
     Example (YAML)::
 
         data:
           class_path: lightning_fl.datamodules.PooledSyntheticDataModule
-          init_args: {num_samples: 20000, partition: dirichlet, dirichlet_alpha: 0.1, num_clients: 200}
+          init_args:
+            num_samples: 20000
+            num_clients: 200
+            partition:
+              class_path: lightning_fl.datamodules.partitions.Dirichlet
+              init_args: {alpha: 0.1, min_size: 2, cap_at_mean: true}
     """
 
-    def __init__(self, num_samples: int = 20000, num_features: int = 60, partition: str = "dirichlet",
-                 num_clients: int = 200, dirichlet_alpha: float = 0.1, dirichlet_cap_at_mean: bool = True,
-                 min_size: int = 2,
-                 classes_per_client: int = 2, seed: int = 0, test_fraction: float = 0.2) -> None:
+    def __init__(self, num_samples: int = 20000, num_features: int = 60, partition: Partition | None = None,
+                 num_clients: int = 200, seed: int = 0, test_fraction: float = 0.2) -> None:
         check_positive("num_samples", num_samples, integer=True)
         check_positive("num_features", num_features, integer=True)
-        super().__init__(partition=partition, num_clients=num_clients, dirichlet_alpha=dirichlet_alpha,
-                         dirichlet_cap_at_mean=dirichlet_cap_at_mean, min_size=min_size, classes_per_client=classes_per_client, num_classes=10, seed=seed,
+        if partition is None:
+            partition = Dirichlet(alpha=0.1, min_size=2, cap_at_mean=True)
+        super().__init__(partition=partition, num_clients=num_clients, num_classes=10, seed=seed,
                          test_fraction=test_fraction)
         self.num_samples = num_samples
         self.num_features = num_features

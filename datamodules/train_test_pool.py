@@ -26,7 +26,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.data import FederatedData, offsets_from_sizes
-from lightning_fl.datamodules.partition import largest_remainder, make_partition
+from lightning_fl.datamodules.largest_remainder import largest_remainder
 from lightning_fl.datamodules.pooled import PooledDataModule
 from lightning_fl.seeding import generator_for
 from lightning_fl.validation import ConfigError, check_choice
@@ -108,8 +108,8 @@ class TrainTestPoolDataModule(PooledDataModule):
         flatten: Flatten every image to a vector (logistic regression / MLP clients).
         subsample: Fraction of each file kept (class-stratified, seeded by ``seed``), in ``(0, 1]``.
         **kwargs: :class:`~lightning_fl.datamodules.pooled.PooledDataModule` options (``partition``,
-            ``num_clients``, ``dirichlet_alpha``, ``classes_per_client``, ``seed``, ``test_fraction``
-            ...). ``test_fraction`` only applies to ``test_set: pooled``.
+            ``num_clients``, ``num_classes``, ``seed``, ``test_fraction``). ``test_fraction`` only
+            applies to ``test_set: pooled``.
 
     Raises:
         ConfigError: For an unknown ``test_set`` or a ``subsample`` outside ``(0, 1]``.
@@ -165,8 +165,7 @@ class TrainTestPoolDataModule(PooledDataModule):
         num_classes = self._infer_num_classes(y_tr)
         if len(y_te) and (int(y_te.min()) < 0 or int(y_te.max()) >= num_classes):
             raise ConfigError(f"test labels must lie in [0, {num_classes}); got {int(y_te.min())}..{int(y_te.max())}")
-        clients = make_partition(self.partition, y_tr, self._num_clients, generator_for(self.seed, "partition"),
-                                 **self.partition_options())
+        clients = self.partition(y_tr, self._num_clients, generator_for(self.seed, "partition"))
         train_idx = torch.cat(clients)
         owner = torch.repeat_interleave(torch.arange(len(clients)), torch.tensor([len(c) for c in clients]))
         hist = torch.zeros(len(clients), num_classes, dtype=torch.long)

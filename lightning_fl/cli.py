@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import sys
 import warnings
+from typing import NoReturn
 
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 
 from lightning_fl.datamodule import FederatedDataModule
+from lightning_fl.datamodules.partitions.config_errors import partition_config_error
 from lightning_fl.loop import FederatedLoop
 from lightning_fl.validation import ConfigError, DivergenceError
 
@@ -15,6 +17,23 @@ from lightning_fl.validation import ConfigError, DivergenceError
 for _pattern in (".*does not have many workers which may be a bottleneck.*",
                  ".*The number of training batches .* is smaller than the logging interval.*"):
     warnings.filterwarnings("ignore", _pattern)
+
+
+class FederatedArgumentParser(LightningArgumentParser):
+    """LightningCLI's parser, except that a malformed ``partition`` fails with one line (a ``ConfigError``).
+
+    jsonargparse checks a partition's class path and option names while parsing, before our own
+    checks run, and reports a mistake as a multi-line account of every type it tried. Every other
+    parse error keeps jsonargparse's usual usage-and-report output.
+    """
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        # Nested parsers (exit_on_error off) only pass the report up; translate where it would be printed.
+        if self.exit_on_error:
+            partition = partition_config_error(message)
+            if partition is not None:
+                raise ConfigError(partition)
+        super().error(message, ex)
 
 
 class FederatedCLI(LightningCLI):
@@ -30,6 +49,7 @@ class FederatedCLI(LightningCLI):
         kwargs.setdefault("trainer_defaults", {"num_sanity_val_steps": 0})
         kwargs.setdefault("seed_everything_default", 0)
         kwargs.setdefault("auto_configure_optimizers", False)
+        kwargs.setdefault("parser_class", FederatedArgumentParser)
         super().__init__(FederatedLoop, FederatedDataModule, *args, subclass_mode_data=True, **kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
@@ -64,4 +84,4 @@ def main(args: list[str] | None = None) -> None:
         raise
 
 
-__all__ = ["FederatedCLI", "main"]
+__all__ = ["FederatedArgumentParser", "FederatedCLI", "main"]

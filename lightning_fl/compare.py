@@ -27,8 +27,9 @@ DATASETS: dict[str, list[str]] = {
     **{f"synthetic_{v}": ["--data", "lightning_fl.datamodules.SyntheticDataModule", "--data.variant", v,
                           "--model.client.init_args.in_features", "60"]
        for v in ("0_0", "0.5_0.5", "1_1", "iid")},
-    "digits": ["--data", "lightning_fl.datamodules.DigitsDataModule", "--data.partition", "dirichlet",
-               "--data.dirichlet_alpha", "0.5", "--model.client.init_args.in_features", "64"],
+    "digits": ["--data", "lightning_fl.datamodules.DigitsDataModule",
+               "--data.partition", "lightning_fl.datamodules.partitions.Dirichlet", "--data.partition.alpha", "0.5",
+               "--model.client.init_args.in_features", "64"],
 }
 
 

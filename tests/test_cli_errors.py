@@ -12,6 +12,13 @@ import pytest
 from tests.conftest import run_cli
 
 AGGREGATORS_TWICE = [{"class_path": "lightning_fl.callbacks.FedAvg"}, {"class_path": "lightning_fl.callbacks.FedProx"}]
+PARTITIONS = "lightning_fl.datamodules.partitions"
+
+
+def digits(partition: object) -> dict:
+    """Six clients of scikit-learn digits split by ``partition`` (a YAML value)."""
+    return {"class_path": "lightning_fl.datamodules.DigitsDataModule",
+            "init_args": {"num_clients": 6, "partition": partition}}
 
 
 @pytest.mark.parametrize(("override", "message"), [
@@ -23,11 +30,23 @@ AGGREGATORS_TWICE = [{"class_path": "lightning_fl.callbacks.FedAvg"}, {"class_pa
      "optimizer.init_args.lr must be a number > 0; got -0.1"),
     ({"data": {"class_path": "lightning_fl.datamodules.SyntheticDataModule", "init_args": {"variant": "2_2"}}},
      "variant must be one of 0_0, 0.5_0.5, 1_1, iid; got '2_2'"),
-    ({"data": {"class_path": "lightning_fl.datamodules.DigitsDataModule", "init_args": {"partition": "zipf"}}},
-     "partition must be one of iid, dirichlet, shards, quantity; got 'zipf'"),
-    ({"data": {"class_path": "lightning_fl.datamodules.DigitsDataModule", "init_args": {"partition": "dirichlet",
-                                                                           "dirichlet_alpha": -1.0}}},
-     "dirichlet_alpha"),
+    ({"data": digits({"class_path": "lightning_fl.datamodules.partitions.Zipf"})},
+     "partition must be one of Dirichlet, IID, Quantity, Shards (lightning_fl.datamodules.partitions, as"
+     " {class_path: ..., init_args: {...}}); got 'lightning_fl.datamodules.partitions.Zipf'"),
+    ({"data": digits("dirichlet")}, "partition must be one of Dirichlet, IID, Quantity, Shards"),  # the old form
+    ({"data": digits("Zipf")}, "got 'Zipf'"),
+    ({"data": digits({"class_path": "torch.optim.SGD"})}, "got 'torch.optim.SGD'"),
+    ({"data": digits({"class_path": f"{PARTITIONS}.Dirichlet", "init_args": {"alpha": -1.0}})},
+     "partition.alpha must be a finite number > 0; got -1.0"),
+    ({"data": digits({"class_path": f"{PARTITIONS}.Dirichlet"})}, "partition.alpha is required for Dirichlet"),
+    ({"data": digits({"class_path": f"{PARTITIONS}.Dirichlet", "init_args": {"alpha": "x"}})},
+     "partition.alpha of Dirichlet: Expected a <class 'float'>. Got value: x"),
+    ({"data": digits({"class_path": f"{PARTITIONS}.IID", "init_args": {"alpha": 0.5}})},
+     "partition.alpha is not an option of IID; its options are: none"),
+    ({"data": digits({"class_path": f"{PARTITIONS}.Shards", "init_args": {"classes_per_client": 11}})},
+     "partition.classes_per_client must be between 1 and 10 (the classes present in the labels); got 11"),
+    ({"data": digits({"class_path": f"{PARTITIONS}.Dirichlet", "init_args": {"alpha": 0.5, "min_size": 400}})},
+     "partition.min_size must be at most 299 (1797 samples over 6 clients); got 400"),
     ({"data": {"class_path": "lightning_fl.datamodules.SyntheticDataModule", "init_args": {"test_fraction": 1.5}}},
      "test_fraction"),
     ({"model.client": {"class_path": "lightning_fl.models.LogisticRegression", "init_args": {"in_features": 784}}},
@@ -50,6 +69,22 @@ def test_error_is_one_line_from_the_shell(tiny):
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: clients_per_round must be between 1 and 6 (the number of clients); got 7")
+
+
+def test_malformed_partition_is_one_line_from_the_shell(tiny):
+    # jsonargparse rejects it while parsing; without FederatedArgumentParser this is a 20-line report.
+    proc = subprocess.run([sys.executable, "-m", "lightning_fl", "fit", "--config", str(tiny()),
+                           "--data", "lightning_fl.datamodules.DigitsDataModule", "--data.partition", "Dirichlet"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: partition.alpha is required for Dirichlet"
+
+
+def test_other_parse_errors_keep_jsonargparse_report(tiny):
+    proc = subprocess.run([sys.executable, "-m", "lightning_fl", "fit", "--config", str(tiny()),
+                           "--model.local_epochs", "many"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "usage:" in proc.stderr and 'error: Parser key "model.local_epochs":' in proc.stderr
 
 
 def _digest(path: Path) -> str:

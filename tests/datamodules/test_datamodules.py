@@ -10,12 +10,14 @@ from lightning_fl.datamodules import (
     FederatedData,
     FederatedDataModule,
     PooledDataModule,
+    PooledSyntheticDataModule,
     SyntheticDataModule,
 )
 from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
 from lightning_fl.data import offsets_from_sizes
+from lightning_fl.datamodules.partitions import IID, Dirichlet, Quantity, Shards
 
 
 class HandMade(FederatedDataModule):
@@ -37,9 +39,10 @@ class HandMade(FederatedDataModule):
 
 def test_exports():
     for name in ["FederatedData", "FederatedDataModule", "SyntheticDataModule", "PooledDataModule",
-                 "DigitsDataModule", "make_partition", "partition_iid", "partition_dirichlet",
-                 "partition_shards", "partition_quantity", "split_train_test", "PARTITIONS"]:
+                 "DigitsDataModule", "split_train_test"]:
         assert hasattr(datamodules, name), name
+    # one class path per partition: lightning_fl.datamodules.partitions.<Name>
+    assert not hasattr(datamodules, "Dirichlet") and hasattr(datamodules.partitions, "Dirichlet")
 
 
 def test_setup_is_idempotent_and_properties():
@@ -98,7 +101,7 @@ def test_partition_figure_small():
 
 def test_partition_figure_thins_ticks_for_many_clients():
     x, y = torch.randn(3000, 2), torch.arange(3000) % 10
-    dm = PooledDataModule(x, y, partition="iid", num_clients=1000, test_fraction=0.0)
+    dm = PooledDataModule(x, y, partition=IID(), num_clients=1000, test_fraction=0.0)
     dm.setup()
     fig = dm.partition_figure()
     fig.canvas.draw()
@@ -121,11 +124,11 @@ def indexed_pool(n: int, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.arange(n, dtype=torch.float32).unsqueeze(1), torch.arange(n) % num_classes
 
 
-@pytest.mark.parametrize("partition", ["iid", "dirichlet", "shards", "quantity"])
+@pytest.mark.parametrize("partition", [IID(), Dirichlet(alpha=1.0, min_size=5), Shards(classes_per_client=2),
+                                       Quantity(min_size=5)], ids=["iid", "dirichlet", "shards", "quantity"])
 def test_pooled_clients_are_disjoint_and_cover(partition):
     x, y = indexed_pool(400, 5)
-    dm = PooledDataModule(x, y, partition=partition, num_clients=8, dirichlet_alpha=1.0, min_size=5,
-                          classes_per_client=2, seed=3)
+    dm = PooledDataModule(x, y, partition=partition, num_clients=8, seed=3)
     dm.setup()
     data = dm.data
     rows = torch.cat([data.x_train[:, 0], data.x_test[:, 0]]).long()
@@ -140,7 +143,7 @@ def test_pooled_partition_does_not_depend_on_test_fraction():
     x, y = indexed_pool(300, 3)
 
     def client_sets(test_fraction: float) -> list[set[int]]:
-        dm = PooledDataModule(x, y, partition="dirichlet", num_clients=6, min_size=5, seed=4,
+        dm = PooledDataModule(x, y, partition=Dirichlet(alpha=0.5, min_size=5), num_clients=6, seed=4,
                               test_fraction=test_fraction)
         dm.setup()
         d = dm.data
@@ -152,7 +155,7 @@ def test_pooled_partition_does_not_depend_on_test_fraction():
 
 def test_pooled_shards_one_class_per_client():
     x, y = indexed_pool(200, 4)
-    dm = PooledDataModule(x, y, partition="shards", num_clients=8, classes_per_client=1, seed=1)
+    dm = PooledDataModule(x, y, partition=Shards(classes_per_client=1), num_clients=8, seed=1)
     dm.setup()
     classes_per_client = (dm.label_histograms() > 0).sum(dim=1)
     assert classes_per_client.tolist() == [1] * 8
@@ -162,26 +165,35 @@ def test_pooled_shards_one_class_per_client():
 def test_pooled_unknown_partition_fails_in_init():
     with pytest.raises(ValueError) as err:
         PooledDataModule(partition="foo")
-    assert str(err.value) == "partition must be one of iid, dirichlet, shards, quantity; got 'foo'"
+    assert str(err.value).startswith("partition must be one of Dirichlet, IID, Quantity, Shards")
+    assert str(err.value).endswith("; got 'foo'") and "\n" not in str(err.value)
+
+
+def test_pooled_default_partitions():
+    assert PooledDataModule().partition == IID() and DigitsDataModule().partition == IID()
+    assert PooledSyntheticDataModule().partition == Dirichlet(alpha=0.1, min_size=2, cap_at_mean=True)
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "field"),
-    [({"dirichlet_alpha": 0}, "dirichlet_alpha"), ({"num_clients": 0}, "num_clients"),
-     ({"min_size": 0}, "min_size"), ({"classes_per_client": 0}, "classes_per_client"),
-     ({"quantity_distribution": "zipf"}, "quantity_distribution"), ({"quantity_sigma": -1}, "quantity_sigma")],
+    ("make", "field"),
+    [(lambda: PooledDataModule(partition=Dirichlet(alpha=0)), "partition.alpha"),
+     (lambda: PooledDataModule(num_clients=0), "num_clients"),
+     (lambda: PooledDataModule(partition=Dirichlet(alpha=0.5, min_size=0)), "partition.min_size"),
+     (lambda: PooledDataModule(partition=Shards(classes_per_client=0)), "partition.classes_per_client"),
+     (lambda: PooledDataModule(partition=Quantity(distribution="zipf")), "partition.distribution"),
+     (lambda: PooledDataModule(partition=Quantity(sigma=-1)), "partition.sigma")],
 )
-def test_pooled_option_errors_in_init(kwargs, field):
+def test_pooled_option_errors_in_init(make, field):
     with pytest.raises(ValueError, match=f"^{field} must be") as err:
-        PooledDataModule(**kwargs)
+        make()
     assert "\n" not in str(err.value)
 
 
 def test_pooled_data_dependent_errors():
     x, y = indexed_pool(50, 5)
     # with tensors given: checked in __init__
-    with pytest.raises(ValueError, match="^classes_per_client must be between 1 and 5"):
-        PooledDataModule(x, y, partition="shards", num_clients=5, classes_per_client=6)
+    with pytest.raises(ValueError, match="^partition.classes_per_client must be between 1 and 5"):
+        PooledDataModule(x, y, partition=Shards(classes_per_client=6), num_clients=5)
     with pytest.raises(ValueError, match="^num_clients must be an integer between 1 and 50"):
         PooledDataModule(x, y, num_clients=51)
 
@@ -190,8 +202,8 @@ def test_pooled_data_dependent_errors():
         def load_pooled(self):
             return x, y
 
-    lazy = Lazy(partition="dirichlet", num_clients=10, min_size=6)
-    with pytest.raises(ValueError, match="^min_size must be at most 5"):
+    lazy = Lazy(partition=Dirichlet(alpha=0.5, min_size=6), num_clients=10)
+    with pytest.raises(ValueError, match="^partition.min_size must be at most 5"):
         lazy.setup()
 
 
@@ -215,7 +227,7 @@ def test_digits_flat_and_image_shapes():
 
 
 def test_digits_one_class_per_client():
-    dm = DigitsDataModule(num_clients=20, partition="shards", classes_per_client=1)
+    dm = DigitsDataModule(num_clients=20, partition=Shards(classes_per_client=1))
     dm.setup()
     hist = dm.label_histograms()
     assert ((hist > 0).sum(dim=1) == 1).all()

@@ -1,4 +1,4 @@
-"""The ``Example:`` blocks of the real-data modules and their models stay correct."""
+"""The ``Example:`` blocks of the data modules, the partitions and the models stay correct."""
 
 from __future__ import annotations
 
@@ -10,6 +10,12 @@ import pytest
 MODULES = [
     "lightning_fl.datamodules.downloads", "lightning_fl.datamodules.idx", "lightning_fl.datamodules.train_test_pool", "lightning_fl.datamodules.mnist",
     "lightning_fl.datamodules.cifar10", "lightning_fl.datamodules.leaf", "lightning_fl.datamodules.shakespeare",
+    "lightning_fl.datamodules.partitions.iid", "lightning_fl.datamodules.partitions.dirichlet",
+    "lightning_fl.datamodules.partitions.shards", "lightning_fl.datamodules.partitions.quantity",
+    "lightning_fl.datamodules.partitions.numpy_rng", "lightning_fl.datamodules.partitions.owners",
+    "lightning_fl.datamodules.partitions.config_errors", "lightning_fl.datamodules.largest_remainder",
+    "lightning_fl.datamodules.split", "lightning_fl.datamodules.assemble", "lightning_fl.datamodules.pooled",
+    "lightning_fl.datamodules.digits",
     "lightning_fl.datamodule", "lightning_fl.reporting.tables",
     "lightning_fl.models.lenet", "lightning_fl.models.cifar_cnn", "lightning_fl.models.char_lstm",
     "lightning_fl.models.resnet_gn",

@@ -14,6 +14,7 @@ from lightning_fl.datamodules import FashionMNISTDataModule, MNISTDataModule
 from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundError
 from lightning_fl.datamodules.idx import parse_idx, read_idx, write_idx
 from lightning_fl.datamodules.mnist import FASHION_MNIST, MNIST, load_idx_dataset
+from lightning_fl.datamodules.partitions import Shards
 from lightning_fl.datamodules.train_test_pool import deal_by_label, stratified_subsample
 
 from lightning_fl.validation import ConfigError
@@ -96,7 +97,7 @@ def test_truncated_and_padded_files_are_errors_naming_the_file(tmp_path):
 @pytest.mark.parametrize("gz", [True, False])
 def test_mnist_datamodule_reads_tiny_idx_files(tmp_path, gz):
     write_tiny_mnist(tmp_path / "mnist", gz=gz)
-    dm = MNISTDataModule(data_dir=str(tmp_path), num_clients=5, partition="shards", classes_per_client=2,
+    dm = MNISTDataModule(data_dir=str(tmp_path), num_clients=5, partition=Shards(classes_per_client=2),
                          verify_checksums=False)
     dm.setup()
     assert dm.input_shape == (1, 28, 28) and dm.num_classes == 10 and dm.num_clients == 5
@@ -193,7 +194,7 @@ def test_real_fashion_mnist():
     x_tr, y_tr, x_te, y_te = load_idx_dataset(FASHION_MNIST, REPO / "data")  # shapes + sha256 of all four files
     assert x_tr.shape == (60000, 28, 28) and x_te.shape == (10000, 28, 28)
     assert np.bincount(y_tr).tolist() == [6000] * 10 and np.bincount(y_te).tolist() == [1000] * 10
-    dm = FashionMNISTDataModule(data_dir=str(REPO / "data"), num_clients=100, partition="shards", classes_per_client=1)
+    dm = FashionMNISTDataModule(data_dir=str(REPO / "data"), num_clients=100, partition=Shards(classes_per_client=1))
     dm.setup()
     assert dm.partition_summary()["train_samples"] == 60000 and dm.partition_summary()["test_samples"] == 10000
     assert (dm.label_histograms() > 0).sum(1).tolist() == [1] * 100

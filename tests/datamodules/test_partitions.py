@@ -1,19 +1,13 @@
-"""Tests for lightning_fl.datamodules.partition (SPEC section 8)."""
+"""Tests for lightning_fl.datamodules.partitions and the train/test split (SPEC section 8)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-from lightning_fl.datamodules.partition import (
-    PARTITIONS,
-    make_partition,
-    partition_dirichlet,
-    partition_iid,
-    partition_quantity,
-    partition_shards,
-    split_train_test,
-)
+
+from lightning_fl.datamodules.partitions import IID, Dirichlet, Partition, Quantity, Shards
+from lightning_fl.datamodules.split import split_train_test
 
 
 def gen(seed: int = 0) -> torch.Generator:
@@ -47,7 +41,7 @@ def emd(labels: torch.Tensor, parts: list[torch.Tensor], num_classes: int) -> np
 
 # ----------------------------------------------------------------------------- iid
 def test_iid_cover_and_sizes():
-    parts = partition_iid(103, 10, gen())
+    parts = IID()(torch.zeros(103, dtype=torch.long), 10, gen())
     assert_disjoint_cover(parts, 103)
     # 103 = 10 * 10 + 3: three clients of 11, seven of 10
     assert sorted(len(p) for p in parts) == [10] * 7 + [11] * 3
@@ -55,23 +49,18 @@ def test_iid_cover_and_sizes():
 
 def test_same_seed_same_partition_other_seed_differs():
     labels = balanced_labels(5, 40)
-    for name, options in [
-        ("iid", {}),
-        ("dirichlet", {"alpha": 0.5, "min_size": 2}),
-        ("shards", {"classes_per_client": 2}),
-        ("quantity", {"sigma": 1.0}),
-    ]:
-        a = make_partition(name, labels, 10, gen(1), **options)
-        b = make_partition(name, labels, 10, gen(1), **options)
-        c = make_partition(name, labels, 10, gen(2), **options)
-        assert all(torch.equal(x, y) for x, y in zip(a, b)), name
-        assert not all(torch.equal(x, y) for x, y in zip(a, c)), name
+    for partition in [IID(), Dirichlet(alpha=0.5, min_size=2), Shards(classes_per_client=2), Quantity(sigma=1.0)]:
+        a = partition(labels, 10, gen(1))
+        b = partition(labels, 10, gen(1))
+        c = partition(labels, 10, gen(2))
+        assert all(torch.equal(x, y) for x, y in zip(a, b)), partition
+        assert not all(torch.equal(x, y) for x, y in zip(a, c)), partition
 
 
 # ----------------------------------------------------------------------------- dirichlet
 def test_dirichlet_covers_and_respects_min_size():
     labels = balanced_labels(10, 50)
-    parts = partition_dirichlet(labels, 20, 0.3, gen(), min_size=8)
+    parts = Dirichlet(alpha=0.3, min_size=8)(labels, 20, gen())
     assert_disjoint_cover(parts, 500)
     assert min(len(p) for p in parts) >= 8
 
@@ -81,7 +70,7 @@ def test_dirichlet_huge_alpha_is_near_uniform():
     # each of the 10 classes (floor rounding moves at most one sample across a cut). Then
     # |p_k(c) - 0.1| <= ~2/200 per class and the EMD is at most ~0.1; a skewed split is far above.
     labels = balanced_labels(10, 200)
-    parts = partition_dirichlet(labels, 10, 1e4, gen(), min_size=1)
+    parts = Dirichlet(alpha=1e4, min_size=1)(labels, 10, gen())
     assert_disjoint_cover(parts, 2000)
     assert emd(labels, parts, 10).max() < 0.15
     assert all(abs(len(p) - 200) <= 20 for p in parts)
@@ -92,7 +81,7 @@ def test_dirichlet_tiny_alpha_is_skewed():
     # about 20 / 5 = 4 of the 20 equally frequent classes. A client holding m whole classes has
     # EMD 2 (1 - m / 20): 1.6 for m = 4. IID clients would be near 0; require a mean above 1.
     labels = balanced_labels(20, 30)
-    parts = partition_dirichlet(labels, 5, 0.01, gen(), min_size=1)
+    parts = Dirichlet(alpha=0.01, min_size=1)(labels, 5, gen())
     assert_disjoint_cover(parts, 600)
     assert emd(labels, parts, 20).mean() > 1.0
 
@@ -101,14 +90,14 @@ def test_dirichlet_gives_up_with_one_line_error():
     # 2 classes, 10 clients, alpha 1e-3: each class goes to ~one client, so 8+ clients stay empty.
     labels = balanced_labels(2, 100)
     with pytest.raises(ValueError, match="min_size") as err:
-        partition_dirichlet(labels, 10, 1e-3, gen(), min_size=10, max_tries=20)
+        Dirichlet(alpha=1e-3, min_size=10, max_tries=20)(labels, 10, gen())
     assert "\n" not in str(err.value)
 
 
 # ----------------------------------------------------------------------------- shards
 def test_shards_one_class_per_client_with_unequal_counts():
     labels = torch.tensor([0] * 7 + [1] * 5 + [2] * 9 + [3] * 3)
-    parts = partition_shards(labels, 8, 1, gen(3))
+    parts = Shards(classes_per_client=1)(labels, 8, gen(3))
     assert_disjoint_cover(parts, 24)
     for p in parts:
         assert labels[p].unique().numel() == 1
@@ -122,7 +111,7 @@ def test_shards_one_class_per_client_with_unequal_counts():
 def test_shards_two_distinct_classes_per_client(seed):
     # 10 classes x 20 samples, 10 clients x 2 shards: 20 shards of 10 samples, 2 per class.
     labels = balanced_labels(10, 20)
-    parts = partition_shards(labels, 10, 2, gen(seed))
+    parts = Shards(classes_per_client=2)(labels, 10, gen(seed))
     assert_disjoint_cover(parts, 200)
     for p in parts:
         assert len(p) == 20
@@ -132,18 +121,19 @@ def test_shards_two_distinct_classes_per_client(seed):
 
 def test_shards_errors_name_the_field():
     labels = balanced_labels(10, 5)
-    with pytest.raises(ValueError, match=r"^classes_per_client must be between 1 and 10"):
-        partition_shards(labels, 5, 11, gen())
-    with pytest.raises(ValueError, match=r"^classes_per_client must be between 1 and 10"):
-        partition_shards(labels, 5, 0, gen())
-    with pytest.raises(ValueError, match=r"num_clients \* classes_per_client must be between 10 .* got 3 \* 2 = 6"):
-        partition_shards(labels, 3, 2, gen())
+    with pytest.raises(ValueError, match=r"^partition\.classes_per_client must be between 1 and 10"):
+        Shards(classes_per_client=11)(labels, 5, gen())
+    with pytest.raises(ValueError, match=r"^partition\.classes_per_client must be an integer >= 1; got 0"):
+        Shards(classes_per_client=0)  # needs no data: fails when configured
+    with pytest.raises(ValueError,
+                       match=r"num_clients \* partition\.classes_per_client must be between 10 .* got 3 \* 2 = 6"):
+        Shards(classes_per_client=2)(labels, 3, gen())
 
 
 # ----------------------------------------------------------------------------- quantity
 @pytest.mark.parametrize("distribution", ["lognormal", "power_law"])
 def test_quantity_cover_and_min_size(distribution):
-    parts = partition_quantity(1000, 30, gen(), distribution=distribution, min_size=5)
+    parts = Quantity(distribution=distribution, min_size=5)(torch.zeros(1000, dtype=torch.long), 30, gen())
     assert_disjoint_cover(parts, 1000)
     sizes = [len(p) for p in parts]
     assert min(sizes) >= 5
@@ -153,8 +143,9 @@ def test_quantity_cover_and_min_size(distribution):
 def test_quantity_sigma_controls_spread():
     # lognormal(0, 0.05) weights of 30 clients lie within exp(+-3 * 0.05) ~ [0.86, 1.16] of each other,
     # so sizes differ by < 40%; with sigma = 2 the largest/smallest ratio is typically in the hundreds.
-    narrow = [len(p) for p in partition_quantity(3000, 30, gen(), sigma=0.05)]
-    wide = [len(p) for p in partition_quantity(3000, 30, gen(), sigma=2.0)]
+    pool = torch.zeros(3000, dtype=torch.long)
+    narrow = [len(p) for p in Quantity(sigma=0.05)(pool, 30, gen())]
+    wide = [len(p) for p in Quantity(sigma=2.0)(pool, 30, gen())]
     assert max(narrow) / min(narrow) < 1.4
     assert max(wide) / min(wide) > 10
 
@@ -163,7 +154,7 @@ def test_quantity_labels_are_iid():
     # Sizes are skewed but samples are a random permutation: a big client's label mix matches the
     # population (EMD of a 300+ sample draw from 4 balanced classes is ~0.1).
     labels = balanced_labels(4, 500)
-    parts = partition_quantity(2000, 5, gen(), sigma=0.5, min_size=300)
+    parts = Quantity(sigma=0.5, min_size=300)(labels, 5, gen())
     assert emd(labels, parts, 4).max() < 0.25
 
 
@@ -186,46 +177,50 @@ def test_split_train_test_rejects_fraction(bad):
         split_train_test(torch.arange(5), bad, gen())
 
 
-# ----------------------------------------------------------------------------- registry
-def test_registry_names():
-    assert PARTITIONS == ("iid", "dirichlet", "shards", "quantity")
-
-
-def test_make_partition_unknown_name():
-    with pytest.raises(ValueError) as err:
-        make_partition("foo", torch.zeros(10, dtype=torch.long), 2, gen())
-    assert str(err.value) == "partition must be one of iid, dirichlet, shards, quantity; got 'foo'"
+# ----------------------------------------------------------------------------- configuration objects
+def test_partition_classes():
+    assert all(issubclass(cls, Partition) for cls in (IID, Dirichlet, Shards, Quantity))
+    assert Dirichlet(alpha=0.5) == Dirichlet(alpha=0.5, min_size=10) != Dirichlet(alpha=0.5, min_size=2)
+    assert repr(Dirichlet(alpha=0.5)) == "Dirichlet(alpha=0.5, min_size=10, cap_at_mean=False, max_tries=100)"
+    assert Shards().options() == {"classes_per_client": 2} and IID().options() == {}
 
 
 @pytest.mark.parametrize(
-    ("name", "num_clients", "options", "field"),
+    ("make", "num_clients", "field"),
     [
-        ("dirichlet", 2, {"alpha": 0.0}, "alpha"),
-        ("dirichlet", 2, {"alpha": -1.0}, "alpha"),
-        ("dirichlet", 2, {"alpha": float("nan")}, "alpha"),
-        ("dirichlet", 4, {"alpha": 1.0, "min_size": 6}, "min_size"),  # 4 * 6 > 20 samples
-        ("dirichlet", 2, {}, "alpha"),  # missing
-        ("shards", 2, {"classes_per_client": 5}, "classes_per_client"),  # 4 classes present
-        ("shards", 2, {}, "classes_per_client"),  # missing
-        ("quantity", 2, {"distribution": "zipf"}, "distribution"),
-        ("quantity", 2, {"sigma": 0}, "sigma"),
-        ("quantity", 2, {"power": -1}, "power"),
-        ("iid", 0, {}, "num_clients"),
-        ("iid", 21, {}, "num_clients"),
-        ("iid", 2, {"alpha": 0.5}, "alpha"),  # not an iid option
+        (lambda: Dirichlet(alpha=0.0), 2, "partition.alpha"),
+        (lambda: Dirichlet(alpha=-1.0), 2, "partition.alpha"),
+        (lambda: Dirichlet(alpha=float("nan")), 2, "partition.alpha"),
+        (lambda: Dirichlet(alpha=1.0, min_size=6), 4, "partition.min_size"),  # 4 * 6 > 20 samples
+        (lambda: Dirichlet(alpha=1.0, max_tries=0), 2, "partition.max_tries"),
+        (lambda: Shards(classes_per_client=5), 2, "partition.classes_per_client"),  # 4 classes present
+        (lambda: Quantity(distribution="zipf"), 2, "partition.distribution"),
+        (lambda: Quantity(sigma=0), 2, "partition.sigma"),
+        (lambda: Quantity(power=-1), 2, "partition.power"),
+        (lambda: Quantity(min_size=0), 2, "partition.min_size"),
+        (lambda: IID(), 0, "num_clients"),
+        (lambda: IID(), 21, "num_clients"),
     ],
 )
-def test_make_partition_errors_are_one_line_and_name_the_field(name, num_clients, options, field):
+def test_errors_are_one_line_and_name_the_field(make, num_clients, field):
     labels = balanced_labels(4, 5)
     with pytest.raises(ValueError) as err:
-        make_partition(name, labels, num_clients, gen(), **options)
+        make().validate(labels, num_clients)
     message = str(err.value)
     assert "\n" not in message
-    assert field in message
+    assert message.startswith(field)
 
 
-def test_make_partition_matches_direct_call():
-    labels = balanced_labels(4, 25)
-    via_registry = make_partition("dirichlet", labels, 5, gen(9), alpha=0.7, min_size=3)
-    direct = partition_dirichlet(labels, 5, 0.7, gen(9), min_size=3)
-    assert all(torch.equal(a, b) for a, b in zip(via_registry, direct))
+def test_validate_draws_nothing_and_call_validates_first():
+    labels, generator = balanced_labels(4, 5), gen(3)
+    state = generator.get_state()
+    Dirichlet(alpha=1.0, min_size=5).validate(labels, 4)
+    assert torch.equal(generator.get_state(), state)
+    with pytest.raises(ValueError, match="^partition.min_size must be at most 5"):
+        Dirichlet(alpha=1.0, min_size=6)(labels, 4, generator)
+    assert torch.equal(generator.get_state(), state)
+
+
+def test_dirichlet_alpha_is_required():
+    with pytest.raises(TypeError, match="alpha"):
+        Dirichlet()  # type: ignore[call-arg]
