@@ -1,7 +1,22 @@
-"""Where the rows of a :class:`~lightning_fl.client_table.ClientTable` live: memory or disk."""
+"""Where per-client state lives: in memory, or in append-only files on disk read through memory maps.
+
+Two kinds of per-client values: fixed-shape rows of a declared
+:class:`~lightning_fl.client_table.ClientTable` (SCAFFOLD's ``c_k``, IGFL's ``dW_k_prev``, ...) and
+whole objects (each client's kept optimizer ``state_dict``). Both map a client id to its value and
+save a snapshot that later writes cannot change.
+
+On disk (``model.client_state: disk``) a write appends the value's bytes to a file under the run
+directory and points the client's index entry at them; bytes once written never change. A
+checkpoint therefore holds only the small index (file, offset, length per client), and a later round
+cannot change what an earlier checkpoint sees. Old versions are garbage; when they outweigh the live
+values, the live values are copied to a new file and files referenced neither by the live index nor
+by the last saved snapshot are deleted. Resume therefore works from the most recent checkpoint
+(``last.ckpt``); an older one may point to a deleted file, which loading reports by name.
+"""
 
 from __future__ import annotations
 
+import io
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -13,15 +28,15 @@ from torch import Tensor
 
 
 class RowStore(ABC):
-    """A map from client id to one row tensor."""
+    """A map from client id to one value (a row tensor, or any ``torch.save``-able object)."""
 
     @abstractmethod
-    def get(self, client_id: int) -> Tensor | None:
-        """The row of ``client_id``, or ``None`` if it has none."""
+    def get(self, client_id: int) -> Any | None:
+        """The value of ``client_id``, or ``None`` if it has none."""
 
     @abstractmethod
-    def put(self, client_id: int, row: Tensor) -> None:
-        """Set the row of ``client_id`` (the store may keep ``row`` itself: callers pass a copy)."""
+    def put(self, client_id: int, value: Any) -> None:
+        """Set the value of ``client_id`` (the store may keep ``value`` itself: callers pass a copy)."""
 
     @abstractmethod
     def __contains__(self, client_id: int) -> bool: ...
@@ -46,8 +61,8 @@ class MemoryRows(RowStore):
     def get(self, client_id: int) -> Tensor | None:
         return self._rows.get(client_id)
 
-    def put(self, client_id: int, row: Tensor) -> None:
-        self._rows[client_id] = row
+    def put(self, client_id: int, value: Tensor) -> None:
+        self._rows[client_id] = value
 
     def __contains__(self, client_id: int) -> bool:
         return client_id in self._rows
@@ -65,122 +80,186 @@ class MemoryRows(RowStore):
         self._rows = {int(k): rows[i].clone() for i, k in enumerate(state["ids"].tolist())}
 
 
-class DiskRows(RowStore):
-    """Rows in an append-only file under the run directory, read back through a memory map.
-
-    For per-client state too large for RAM (SCAFFOLD controls or IGFL deltas of thousands of clients
-    of a large model). A write appends the row to ``<directory>/<name>.rows`` and points the client's
-    index entry at it; bytes once written never change. So a checkpoint holds only the small index
-    (file and offset per client), and a later round cannot change what an earlier checkpoint sees:
-    resuming from it reads the rows as they were (from the original run's directory).
-
-    Old row versions are garbage; when they outweigh the live rows, the live rows are copied to a new
-    file and files no longer referenced by the live index or by the last saved snapshot are deleted.
-    Resume therefore works from the most recent checkpoint (``last.ckpt``); an older one may point to
-    a deleted file, which :meth:`load_state_dict` reports by name.
+class AppendOnlyLog:
+    """Values as byte strings appended to ``<directory>/<name>.<generation>.log`` (see the module docstring).
 
     Args:
         directory: Where the files live (created on first write).
+        name: File-name stem.
+    """
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.directory, self.name = Path(directory), name
+        self.index: dict[int, tuple[str, int, int]] = {}  # client -> (file, byte offset, length)
+        self._generation = 0
+        self._file: Path | None = None
+        self._maps: dict[str, np.memmap] = {}
+        self._pinned: set[str] = set()
+
+    def read(self, client_id: int) -> bytes | None:
+        entry = self.index.get(client_id)
+        if entry is None:
+            return None
+        file, offset, length = entry
+        mapped = self._maps.get(file)
+        if mapped is None or len(mapped) < offset + length:
+            if not os.path.exists(file):
+                raise FileNotFoundError(f"client state file {file} is missing")
+            mapped = self._maps[file] = np.memmap(file, dtype=np.uint8, mode="r")
+        return mapped[offset : offset + length].tobytes()
+
+    def append(self, client_id: int, data: bytes) -> None:
+        self._write(client_id, data)
+        live = sum(length for _, _, length in self.index.values())
+        if self._file.stat().st_size > 4 * max(live, 16 * len(data)):
+            self._compact()
+
+    def _write(self, client_id: int, data: bytes) -> None:
+        if self._file is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._file = self.directory / f"{self.name}.{self._generation}.log"
+        with open(self._file, "ab") as handle:
+            offset = handle.tell()
+            handle.write(data)
+        self.index[client_id] = (str(self._file), offset, len(data))
+
+    def _compact(self) -> None:
+        """Copy the live values to a new file; delete own files no index still needs."""
+        live = {k: self.read(k) for k in sorted(self.index)}
+        self._generation += 1
+        self._file = None
+        self._maps.clear()
+        for k, data in live.items():
+            self._write(k, data)
+        keep = {f for f, _, _ in self.index.values()} | self._pinned
+        for old in self.directory.glob(f"{self.name}.*.log"):
+            if str(old) not in keep:
+                old.unlink()
+
+    def state_dict(self) -> dict[str, Any]:
+        files = sorted({f for f, _, _ in self.index.values()})
+        self._pinned = set(files)  # the snapshot a checkpoint now refers to stays on disk
+        ids = sorted(self.index)
+        return {"store": "disk", "files": files, "ids": torch.tensor(ids, dtype=torch.long),
+                "file_index": torch.tensor([files.index(self.index[k][0]) for k in ids], dtype=torch.long),
+                "offsets": torch.tensor([self.index[k][1] for k in ids], dtype=torch.long),
+                "lengths": torch.tensor([self.index[k][2] for k in ids], dtype=torch.long)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        files = list(state["files"])
+        for file in files:
+            if not os.path.exists(file):
+                raise FileNotFoundError(f"client state file {file} referenced by the checkpoint is missing;"
+                                        " with model.client_state: disk resume from the latest checkpoint")
+        self.index = {int(k): (files[int(f)], int(o), int(n)) for k, f, o, n in zip(
+            state["ids"].tolist(), state["file_index"].tolist(), state["offsets"].tolist(), state["lengths"].tolist())}
+        self._pinned = set(files)
+        self._maps.clear()
+
+
+class DiskRows(RowStore):
+    """Fixed-shape rows in an :class:`AppendOnlyLog` (``model.client_state: disk``).
+
+    Args:
+        directory: Where the files live.
         name: File-name stem (the state's name).
         shape: Shape of one row.
         dtype: Row dtype.
     """
 
     def __init__(self, directory: Path, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
-        self.directory, self.name, self.shape, self.dtype = Path(directory), name, tuple(shape), dtype
-        self.row_bytes = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
-        self._index: dict[int, tuple[str, int]] = {}  # client -> (file, byte offset)
-        self._generation = 0
-        self._file: Path | None = None
-        self._maps: dict[str, np.memmap] = {}
-        self._pinned: set[str] = set()
+        self.log = AppendOnlyLog(directory, name)
+        self.shape, self.dtype = tuple(shape), dtype
 
-    # ------------------------------------------------------------------ rows
     def get(self, client_id: int) -> Tensor | None:
-        entry = self._index.get(client_id)
-        if entry is None:
-            return None
-        file, offset = entry
-        view = self._map(file, offset + self.row_bytes)[offset : offset + self.row_bytes]
-        return torch.frombuffer(bytearray(view), dtype=self.dtype).view(self.shape)
+        data = self.log.read(client_id)
+        return None if data is None else torch.frombuffer(bytearray(data), dtype=self.dtype).view(self.shape)
 
-    def put(self, client_id: int, row: Tensor) -> None:
-        file = self._writable()
-        data = row.detach().to("cpu", self.dtype).contiguous().view(torch.uint8).numpy().tobytes()
-        with open(file, "ab") as handle:
-            offset = handle.tell()
-            handle.write(data)
-        self._index[client_id] = (str(file), offset)
-        if file.stat().st_size > 4 * self.row_bytes * max(len(self._index), 16):
-            self._compact()
+    def put(self, client_id: int, value: Tensor) -> None:
+        self.log.append(client_id, value.detach().to("cpu", self.dtype).contiguous().view(torch.uint8).numpy().tobytes())
 
     def __contains__(self, client_id: int) -> bool:
-        return client_id in self._index
+        return client_id in self.log.index
 
     def __len__(self) -> int:
-        return len(self._index)
+        return len(self.log.index)
 
-    # ------------------------------------------------------------------ files
-    def _writable(self) -> Path:
-        if self._file is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._file = self.directory / f"{self.name}.{self._generation}.rows"
-        return self._file
-
-    def _map(self, file: str, needed: int) -> np.memmap:
-        mapped = self._maps.get(file)
-        if mapped is None or len(mapped) < needed:
-            if not os.path.exists(file):
-                raise FileNotFoundError(f"client state file {file} is missing (needed by client state {self.name})")
-            mapped = self._maps[file] = np.memmap(file, dtype=np.uint8, mode="r")
-        return mapped
-
-    def _compact(self) -> None:
-        """Copy the live rows to a new file; delete own files no index still needs."""
-        rows = {k: self.get(k) for k in sorted(self._index)}
-        self._generation += 1
-        self._file = None
-        self._maps.clear()
-        for k, row in rows.items():
-            file = self._writable()
-            with open(file, "ab") as handle:
-                offset = handle.tell()
-                handle.write(row.contiguous().view(torch.uint8).numpy().tobytes())
-            self._index[k] = (str(file), offset)
-        keep = {f for f, _ in self._index.values()} | self._pinned
-        for old in self.directory.glob(f"{self.name}.*.rows"):
-            if str(old) not in keep:
-                old.unlink()
-
-    # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
-        files = sorted({f for f, _ in self._index.values()})
-        self._pinned = set(files)  # the snapshot a checkpoint now refers to stays on disk
-        ids = sorted(self._index)
-        return {"store": "disk", "files": files,
-                "ids": torch.tensor(ids, dtype=torch.long),
-                "file_index": torch.tensor([files.index(self._index[k][0]) for k in ids], dtype=torch.long),
-                "offsets": torch.tensor([self._index[k][1] for k in ids], dtype=torch.long)}
+        return self.log.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("store") != "disk":  # rows saved by a memory store: write them to disk
-            self._index.clear()
-            rows = state.get("rows")
-            for i, k in enumerate(state["ids"].tolist()):
-                self.put(int(k), rows[i])
+        if state.get("store") == "disk":
+            self.log.load_state_dict(state)
             return
-        files = list(state["files"])
-        for file in files:
-            if not os.path.exists(file):
-                raise FileNotFoundError(f"client state file {file} referenced by the checkpoint is missing;"
-                                        " with model.client_state: disk resume from the last checkpoint")
-        self._index = {int(k): (files[int(f)], int(o)) for k, f, o in
-                       zip(state["ids"].tolist(), state["file_index"].tolist(), state["offsets"].tolist())}
-        self._pinned = set(files)
-        self._maps.clear()
+        self.log.index.clear()  # rows saved by a memory store: write them to disk
+        rows = state.get("rows")
+        for i, k in enumerate(state["ids"].tolist()):
+            self.put(int(k), rows[i])
 
     def rows_state(self) -> dict[str, Any]:
         """The rows themselves, as a :class:`MemoryRows` would save them (for moving between stores)."""
-        ids = sorted(self._index)
+        ids = sorted(self.log.index)
         rows = torch.stack([self.get(k) for k in ids]) if ids else None
         return {"ids": torch.tensor(ids, dtype=torch.long), "rows": rows}
+
+
+class MemoryObjects(RowStore):
+    """Whole per-client objects (kept optimizer states) in a dict; saved as the dict."""
+
+    def __init__(self) -> None:
+        self._objects: dict[int, Any] = {}
+
+    def get(self, client_id: int) -> Any | None:
+        return self._objects.get(client_id)
+
+    def put(self, client_id: int, value: Any) -> None:
+        self._objects[client_id] = value
+
+    def __contains__(self, client_id: int) -> bool:
+        return client_id in self._objects
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"objects": dict(self._objects)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._objects = {int(k): v for k, v in state["objects"].items()}
+
+
+class DiskObjects(RowStore):
+    """Whole per-client objects, ``torch.save``-d into an :class:`AppendOnlyLog`."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.log = AppendOnlyLog(directory, name)
+
+    def get(self, client_id: int) -> Any | None:
+        data = self.log.read(client_id)
+        return None if data is None else torch.load(io.BytesIO(data), weights_only=True)
+
+    def put(self, client_id: int, value: Any) -> None:
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        self.log.append(client_id, buffer.getvalue())
+
+    def __contains__(self, client_id: int) -> bool:
+        return client_id in self.log.index
+
+    def __len__(self) -> int:
+        return len(self.log.index)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.log.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("store") == "disk":
+            self.log.load_state_dict(state)
+            return
+        self.log.index.clear()  # saved by a memory store: write the objects to disk
+        for k, value in state["objects"].items():
+            self.put(int(k), value)
+
+    def objects_state(self) -> dict[str, Any]:
+        """The objects themselves, as :class:`MemoryObjects` would save them."""
+        return {"objects": {k: self.get(k) for k in sorted(self.log.index)}}

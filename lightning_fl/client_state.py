@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from lightning_fl.client_rows import DiskObjects, MemoryObjects, RowStore
 
 
 class ClientStateStore:
@@ -15,13 +18,16 @@ class ClientStateStore:
         num_clients: ``N``.
         keep_optimizer_state: Keep each client's optimizer state (e.g. SGD momentum buffers) between
             its participations instead of starting fresh every round (SPEC section 1 option).
+        directory: Keep those states in append-only files there (``model.client_state: disk``)
+            instead of memory; ``None``: memory.
     """
 
-    def __init__(self, num_clients: int, keep_optimizer_state: bool = False) -> None:
+    def __init__(self, num_clients: int, keep_optimizer_state: bool = False, directory: Path | None = None) -> None:
         self.keep_optimizer_state = keep_optimizer_state
         self.participation = torch.zeros(num_clients, dtype=torch.long)
         self.last_round = torch.full((num_clients,), -1, dtype=torch.long)
-        self.optimizer_states: dict[int, dict[str, Any]] = {}
+        self.optimizer_states: RowStore = (MemoryObjects() if directory is None
+                                           else DiskObjects(directory, "optimizer_state"))
 
     def record_participation(self, client_ids: Tensor, round_idx: int) -> Tensor:
         """Count this round for ``client_ids``; returns their counts ``f_k`` including this round."""
@@ -35,16 +41,21 @@ class ClientStateStore:
 
     def save_optimizer_state(self, client_id: int, state: dict[str, Any]) -> None:
         if self.keep_optimizer_state:
-            self.optimizer_states[client_id] = state
+            self.optimizer_states.put(client_id, state)
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "participation": self.participation.clone(),
             "last_round": self.last_round.clone(),
-            "optimizer_states": self.optimizer_states,
+            "optimizer_states": self.optimizer_states.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.participation = state["participation"].clone()
         self.last_round = state["last_round"].clone()
-        self.optimizer_states = dict(state["optimizer_states"])
+        saved = state["optimizer_states"]
+        if saved.get("store") == "disk" and isinstance(self.optimizer_states, MemoryObjects):
+            reader = DiskObjects(Path("."), "optimizer_state")  # written on disk, resumed in memory
+            reader.load_state_dict(saved)
+            saved = reader.objects_state()
+        self.optimizer_states.load_state_dict(saved)

@@ -190,7 +190,7 @@ class FederatedLoop(LightningModule):
             self.hierarchy.setup(data.num_clients, self.local_epochs)
         cohort = data.num_clients if self.hierarchy is not None else self.clients_per_round
         self.sampler = ClientSampler(data.num_clients, cohort, self.sampling, self.seed, data.train_sizes())
-        self.store = ClientStateStore(data.num_clients, self.keep_client_optimizer_state)
+        self.store = ClientStateStore(data.num_clients, self.keep_client_optimizer_state, self._client_state_dir())
         self.layout = FlatStateLayout(self.model.state_dict())
         plan = LocalTrainingPlan(self.optimizer_factory, self.local_epochs, self.batch_size, self.seed,
                                  self.client_lr, precision, self.max_parallel_clients)
@@ -212,10 +212,15 @@ class FederatedLoop(LightningModule):
                                   callbacks)
         self.rounds.setup_callbacks(training=stage == "fit", make_rows=self._row_store_factory())
 
-    def _row_store_factory(self) -> Callable[[ClientTable], RowStore] | None:
+    def _client_state_dir(self) -> Path | None:
         if self.client_state == "memory":
             return None
-        directory = Path(self.trainer.log_dir or self.trainer.default_root_dir) / "client_state"
+        return Path(self.trainer.log_dir or self.trainer.default_root_dir) / "client_state"
+
+    def _row_store_factory(self) -> Callable[[ClientTable], RowStore] | None:
+        directory = self._client_state_dir()
+        if directory is None:
+            return None
         return lambda table: DiskRows(directory, table.name, table.shape, table.dtype)
 
     def _set_cpu_threads(self) -> None:

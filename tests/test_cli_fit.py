@@ -58,16 +58,23 @@ def test_training_learns_on_synthetic(tiny, tmp_path):
     assert acc[-1] > acc[0] and acc[-1] > 0.4
 
 
+KEPT_STATE = {
+    "model.keep_client_optimizer_state": True,
+    "model.optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.05, "momentum": 0.9}},
+    "trainer.callbacks": [{"class_path": "lightning_fl.callbacks.FedProx", "init_args": {"mu": 0.1}},
+                          {"class_path": "lightning_fl.callbacks.FairnessMetrics"},
+                          {"class_path": "lightning_fl.callbacks.RoundsToTarget", "init_args": {"target": 0.99}},
+                          {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+                           "init_args": {"save_last": True, "save_top_k": 0}}]}
+
+
 @pytest.mark.parametrize("extra", [
     {},
-    {"model.keep_client_optimizer_state": True,
-     "model.optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.05, "momentum": 0.9}},
-     "trainer.callbacks": [{"class_path": "lightning_fl.callbacks.FedProx", "init_args": {"mu": 0.1}},
-                           {"class_path": "lightning_fl.callbacks.FairnessMetrics"},
-                           {"class_path": "lightning_fl.callbacks.RoundsToTarget", "init_args": {"target": 0.99}},
-                           {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
-                            "init_args": {"save_last": True, "save_top_k": 0}}]},
-], ids=["fedavg", "fedprox-momentum-kept-state"])
+    KEPT_STATE,
+    {**KEPT_STATE, "model.client_state": "disk"},
+    {**KEPT_STATE, "model.client_state": "disk", "model.engine": "sequential",
+     "model.optimizer": {"class_path": "torch.optim.Adam", "init_args": {"lr": 0.01}}},
+], ids=["fedavg", "fedprox-momentum-kept-state", "kept-state-on-disk", "adam-kept-state-on-disk-sequential"])
 def test_resume_is_exact(tiny, tmp_path, extra):
     full = tiny(**extra)
     assert run_cli("fit", "--config", str(full)) == 0

@@ -44,7 +44,7 @@ def test_a_disk_snapshot_is_not_changed_by_later_writes(tmp_path: Path) -> None:
     restored.load_state_dict(snapshot)
     assert restored.gather(ids).tolist() == [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]]
     # The snapshot is small: an index, not the rows.
-    assert set(snapshot) == {"store", "files", "ids", "file_index", "offsets"}
+    assert set(snapshot) == {"store", "files", "ids", "file_index", "offsets", "lengths"}
 
 
 def test_a_snapshot_whose_file_is_gone_names_it(tmp_path: Path) -> None:
@@ -56,7 +56,7 @@ def test_a_snapshot_whose_file_is_gone_names_it(tmp_path: Path) -> None:
     try:
         _disk_table(tmp_path).load_state_dict(snapshot)
     except FileNotFoundError as err:
-        assert "Algo.state.0.rows" in str(err)
+        assert "Algo.state.0.log" in str(err)
     else:
         raise AssertionError("a missing row file must be reported")
 
@@ -88,3 +88,16 @@ def test_a_disk_checkpoint_resumes_in_memory_to_the_same_model(tiny, tmp_path: P
     full, resumed = load_last(tmp_path, 0), load_last(tmp_path, 2)
     for name, value in full["state_dict"].items():
         assert torch.equal(value, resumed["state_dict"][name]), name
+
+
+def test_kept_optimizer_states_on_disk_train_the_same_model_as_in_memory(tiny, tmp_path: Path) -> None:
+    kept = {"model.keep_client_optimizer_state": True, "data.init_args.num_clients": 12,
+            "model.optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.05, "momentum": 0.9}}}
+    assert run_cli("fit", "--config", str(tiny(**kept))) == 0
+    assert run_cli("fit", "--config", str(tiny(**kept, **{"model.client_state": "disk"}))) == 0
+    memory, disk = load_last(tmp_path, 0), load_last(tmp_path, 1)
+    for name, value in memory["state_dict"].items():
+        assert torch.equal(value, disk["state_dict"][name]), name
+    saved = disk["federated"]["clients"]["optimizer_states"]
+    assert saved["store"] == "disk" and 3 <= len(saved["ids"]) < 12  # only clients that trained
+    assert len(memory["federated"]["clients"]["optimizer_states"]["objects"]) == len(saved["ids"])

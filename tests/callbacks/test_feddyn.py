@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from lightning_fl.callbacks import FedAvg, FedDyn
+
 from lightning_fl.client_state import ClientStateStore
-from lightning_fl.engines import ClientHookSet, LocalTrainingPlan, SequentialEngine, VectorizedEngine
+from lightning_fl.engines import (
+    ClientHookSet,
+    LocalTrainingPlan,
+    SequentialEngine,
+    VectorizedEngine,
+)
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.models import LogisticRegression
 from lightning_fl.validation import ConfigError

@@ -13,11 +13,11 @@ from lightning_fl.datamodules import (
     PooledSyntheticDataModule,
     SyntheticDataModule,
 )
+from lightning_fl.datamodules.partitions import IID, Dirichlet, Quantity, Shards
 from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
 from lightning_fl.data import offsets_from_sizes
-from lightning_fl.datamodules.partitions import IID, Dirichlet, Quantity, Shards
 
 
 class HandMade(FederatedDataModule):

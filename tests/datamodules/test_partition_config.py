@@ -8,10 +8,10 @@ import io
 import pytest
 import torch
 import yaml
-
-from lightning_fl.cli import FederatedCLI
 from lightning_fl.datamodules import DigitsDataModule
 from lightning_fl.datamodules.partitions import IID, Dirichlet, Quantity, Shards
+
+from lightning_fl.cli import FederatedCLI
 from lightning_fl.seeding import generator_for
 from tests.conftest import run_cli, tiny_config, write_config
 

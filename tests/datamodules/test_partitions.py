@@ -5,8 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
-from lightning_fl.datamodules.partitions import IID, Dirichlet, Partition, Quantity, Shards
+from lightning_fl.datamodules.partitions import (
+    IID,
+    Dirichlet,
+    Partition,
+    Quantity,
+    Shards,
+)
 from lightning_fl.datamodules.split import split_train_test
 
 
