@@ -9,7 +9,11 @@ from typing_extensions import override
 from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
 from lightning_fl.federation import Federation
-from lightning_fl.functional.feddyn import feddyn_client_state, feddyn_local_term, feddyn_server_step
+from lightning_fl.functional.feddyn import (
+    feddyn_client_state,
+    feddyn_local_term,
+    feddyn_server_step,
+)
 from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import check_positive
 

@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import torch
 from lightning_fl.callbacks.fedavg import FedAvg
 from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.engines.cohort import LocalTrainingContext
+from lightning_fl.functional.fedprox import proximal_term
 from lightning_fl.validation import check_non_negative
-
-
-def proximal_term(params: dict[str, Tensor], global_params: dict[str, Tensor], mu: float) -> Tensor:
-    """``mu/2 ||w - w^t||^2`` per client: ``params`` are ``(C, *shape)``, ``global_params`` unbatched.
-
-    Returns:
-        ``(C,)`` tensor, differentiable with respect to ``params``.
-    """
-    total = None
-    for name, value in params.items():
-        sq = (value - global_params[name].unsqueeze(0)).pow(2).flatten(1).sum(1)
-        total = sq if total is None else total + sq
-    return 0.5 * mu * total if total is not None else torch.zeros(())
 
 
 class FedProx(FedAvg):

@@ -52,32 +52,46 @@ class RowStore(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-class MemoryRows(RowStore):
-    """Rows in a dict on the device they were written from; saved as ``ids`` and stacked ``rows``."""
+class _InMemory(RowStore):
+    """Values in a dict (rows stay on the device they were written from)."""
 
     def __init__(self) -> None:
-        self._rows: dict[int, Tensor] = {}
+        self._values: dict[int, Any] = {}
 
-    def get(self, client_id: int) -> Tensor | None:
-        return self._rows.get(client_id)
+    def get(self, client_id: int) -> Any | None:
+        return self._values.get(client_id)
 
-    def put(self, client_id: int, value: Tensor) -> None:
-        self._rows[client_id] = value
+    def put(self, client_id: int, value: Any) -> None:
+        self._values[client_id] = value
 
     def __contains__(self, client_id: int) -> bool:
-        return client_id in self._rows
+        return client_id in self._values
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._values)
+
+
+class MemoryRows(_InMemory):
+    """Fixed-shape rows in memory; saved as ``ids`` and stacked ``rows``."""
 
     def state_dict(self) -> dict[str, Any]:
-        ids = sorted(self._rows)
-        rows = torch.stack([self._rows[k] for k in ids]).clone() if ids else None
+        ids = sorted(self._values)
+        rows = torch.stack([self._values[k] for k in ids]).clone() if ids else None
         return {"ids": torch.tensor(ids, dtype=torch.long), "rows": rows}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         rows = state.get("rows")
-        self._rows = {int(k): rows[i].clone() for i, k in enumerate(state["ids"].tolist())}
+        self._values = {int(k): rows[i].clone() for i, k in enumerate(state["ids"].tolist())}
+
+
+class MemoryObjects(_InMemory):
+    """Whole per-client objects (kept optimizer states) in memory; saved as the dict."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"objects": dict(self._values)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._values = {int(k): v for k, v in state["objects"].items()}
 
 
 class AppendOnlyLog:
@@ -157,26 +171,28 @@ class AppendOnlyLog:
         self._maps.clear()
 
 
-class DiskRows(RowStore):
-    """Fixed-shape rows in an :class:`AppendOnlyLog` (``model.client_state: disk``).
+class _OnDisk(RowStore):
+    """Values as bytes in an :class:`AppendOnlyLog`; subclasses say how a value becomes bytes."""
 
-    Args:
-        directory: Where the files live.
-        name: File-name stem (the state's name).
-        shape: Shape of one row.
-        dtype: Row dtype.
-    """
-
-    def __init__(self, directory: Path, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    def __init__(self, directory: Path, name: str) -> None:
         self.log = AppendOnlyLog(directory, name)
-        self.shape, self.dtype = tuple(shape), dtype
 
-    def get(self, client_id: int) -> Tensor | None:
+    @abstractmethod
+    def _encode(self, value: Any) -> bytes: ...
+
+    @abstractmethod
+    def _decode(self, data: bytes) -> Any: ...
+
+    @abstractmethod
+    def _load_in_memory_state(self, state: dict[str, Any]) -> None:
+        """Write the values of a memory store's ``state_dict`` to disk."""
+
+    def get(self, client_id: int) -> Any | None:
         data = self.log.read(client_id)
-        return None if data is None else torch.frombuffer(bytearray(data), dtype=self.dtype).view(self.shape)
+        return None if data is None else self._decode(data)
 
-    def put(self, client_id: int, value: Tensor) -> None:
-        self.log.append(client_id, value.detach().to("cpu", self.dtype).contiguous().view(torch.uint8).numpy().tobytes())
+    def put(self, client_id: int, value: Any) -> None:
+        self.log.append(client_id, self._encode(value))
 
     def __contains__(self, client_id: int) -> bool:
         return client_id in self.log.index
@@ -190,8 +206,32 @@ class DiskRows(RowStore):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("store") == "disk":
             self.log.load_state_dict(state)
-            return
-        self.log.index.clear()  # rows saved by a memory store: write them to disk
+        else:
+            self.log.index.clear()
+            self._load_in_memory_state(state)
+
+
+class DiskRows(_OnDisk):
+    """Fixed-shape rows on disk (``model.client_state: disk``).
+
+    Args:
+        directory: Where the files live.
+        name: File-name stem (the state's name).
+        shape: Shape of one row.
+        dtype: Row dtype.
+    """
+
+    def __init__(self, directory: Path, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        super().__init__(directory, name)
+        self.shape, self.dtype = tuple(shape), dtype
+
+    def _encode(self, value: Tensor) -> bytes:
+        return value.detach().to("cpu", self.dtype).contiguous().view(torch.uint8).numpy().tobytes()
+
+    def _decode(self, data: bytes) -> Tensor:
+        return torch.frombuffer(bytearray(data), dtype=self.dtype).view(self.shape)
+
+    def _load_in_memory_state(self, state: dict[str, Any]) -> None:
         rows = state.get("rows")
         for i, k in enumerate(state["ids"].tolist()):
             self.put(int(k), rows[i])
@@ -203,60 +243,18 @@ class DiskRows(RowStore):
         return {"ids": torch.tensor(ids, dtype=torch.long), "rows": rows}
 
 
-class MemoryObjects(RowStore):
-    """Whole per-client objects (kept optimizer states) in a dict; saved as the dict."""
+class DiskObjects(_OnDisk):
+    """Whole per-client objects (kept optimizer states), ``torch.save``-d on disk."""
 
-    def __init__(self) -> None:
-        self._objects: dict[int, Any] = {}
-
-    def get(self, client_id: int) -> Any | None:
-        return self._objects.get(client_id)
-
-    def put(self, client_id: int, value: Any) -> None:
-        self._objects[client_id] = value
-
-    def __contains__(self, client_id: int) -> bool:
-        return client_id in self._objects
-
-    def __len__(self) -> int:
-        return len(self._objects)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"objects": dict(self._objects)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._objects = {int(k): v for k, v in state["objects"].items()}
-
-
-class DiskObjects(RowStore):
-    """Whole per-client objects, ``torch.save``-d into an :class:`AppendOnlyLog`."""
-
-    def __init__(self, directory: Path, name: str) -> None:
-        self.log = AppendOnlyLog(directory, name)
-
-    def get(self, client_id: int) -> Any | None:
-        data = self.log.read(client_id)
-        return None if data is None else torch.load(io.BytesIO(data), weights_only=True)
-
-    def put(self, client_id: int, value: Any) -> None:
+    def _encode(self, value: Any) -> bytes:
         buffer = io.BytesIO()
         torch.save(value, buffer)
-        self.log.append(client_id, buffer.getvalue())
+        return buffer.getvalue()
 
-    def __contains__(self, client_id: int) -> bool:
-        return client_id in self.log.index
+    def _decode(self, data: bytes) -> Any:
+        return torch.load(io.BytesIO(data), weights_only=True)
 
-    def __len__(self) -> int:
-        return len(self.log.index)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.log.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("store") == "disk":
-            self.log.load_state_dict(state)
-            return
-        self.log.index.clear()  # saved by a memory store: write the objects to disk
+    def _load_in_memory_state(self, state: dict[str, Any]) -> None:
         for k, value in state["objects"].items():
             self.put(int(k), value)
 

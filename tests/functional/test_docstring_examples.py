@@ -13,6 +13,7 @@ MODULES = [
     "server_optimizers",
     "scaffold",
     "feddyn",
+    "fedprox",
     "fednova",
     "qffl",
     "fedadp",
