@@ -46,10 +46,10 @@ class RoundsToTarget(FederatedCallback):
                  stop: bool = False) -> None:
         check_choice("mode", mode, ("max", "min"))
         self.monitor, self.target, self.mode, self.stop = monitor, target, mode, stop
-        self.reached_round: int | None = None
-        self.reached_seconds: float | None = None
-        self.reached_estimated_seconds: float | None = None
-        self.elapsed_before = 0.0
+        self.add_server_state("reached_round")
+        self.add_server_state("reached_seconds")
+        self.add_server_state("reached_estimated_seconds")
+        self.add_server_state("elapsed_before", 0.0)  # wall time of earlier sessions (resumed runs)
         self._session_start = time.perf_counter()
 
     @override
@@ -101,15 +101,12 @@ class RoundsToTarget(FederatedCallback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"reached_round": self.reached_round, "reached_seconds": self.reached_seconds,
-                "reached_estimated_seconds": self.reached_estimated_seconds, "elapsed": self._elapsed()}
+        self.elapsed_before, self._session_start = self._elapsed(), time.perf_counter()
+        return super().state_dict()
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.reached_round = state_dict["reached_round"]
-        self.reached_seconds = state_dict["reached_seconds"]
-        self.reached_estimated_seconds = state_dict["reached_estimated_seconds"]
-        self.elapsed_before = state_dict["elapsed"]
+        super().load_state_dict(state_dict)
         self._session_start = time.perf_counter()
 
     @property

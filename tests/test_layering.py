@@ -147,3 +147,20 @@ def test_no_import_cycles() -> None:
         if node not in index:
             visit(node)
     assert not circles, "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+#: What a callback may read from the LightningModule it is handed by Lightning's own hooks: the
+#: Lightning API, never the loop's attributes (a federated callback gets a Federation instead).
+LIGHTNING_MODULE_API = {"loggers", "log", "device"}
+
+
+def test_callbacks_do_not_reach_into_the_loop() -> None:
+    wrong = []
+    for file in sorted((REPO / "callbacks").glob("*.py")):
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.Name) and node.id == "loop":
+                wrong.append(f"{file.name}:{node.lineno} uses a name 'loop'")
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id == "pl_module" and node.attr not in LIGHTNING_MODULE_API):
+                wrong.append(f"{file.name}:{node.lineno} reads pl_module.{node.attr}")
+    assert not wrong, "\n".join(wrong)
