@@ -86,15 +86,16 @@ class FairnessMetrics(FederatedCallback):
         table = fairness_table({name: row})
         rank_zero_info(f"\nFairness of the global model after {row['round']} rounds ({stage} split of every client):\n"
                        f"{table}")
-        if not trainer.log_dir or trainer.global_rank != 0:
+        log_dir = trainer.log_dir  # a collective with several processes: every rank asks once
+        if not log_dir or trainer.global_rank != 0:
             return
-        os.makedirs(trainer.log_dir, exist_ok=True)
+        os.makedirs(log_dir, exist_ok=True)
         suffix = "" if stage == "val" else "_test"
-        with open(os.path.join(trainer.log_dir, f"fairness_summary{suffix}.md"), "w") as f:
+        with open(os.path.join(log_dir, f"fairness_summary{suffix}.md"), "w") as f:
             f.write(f"Global model after {row['round']} rounds, {stage} split of every client.\n\n{table}")
-        with open(os.path.join(trainer.log_dir, f"fairness_summary{suffix}.csv"), "w") as f:
+        with open(os.path.join(log_dir, f"fairness_summary{suffix}.csv"), "w") as f:
             f.write(fairness_csv({name: row}))
-        with open(os.path.join(trainer.log_dir, "fairness_history.csv"), "w") as f:
+        with open(os.path.join(log_dir, "fairness_history.csv"), "w") as f:
             f.write(",".join(("stage", "round", *FAIRNESS_KEYS)) + "\n")
             for h in self.history:
                 f.write(",".join([h["stage"], str(h["round"])] + [repr(h[k]) for k in FAIRNESS_KEYS]) + "\n")

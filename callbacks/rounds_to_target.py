@@ -67,9 +67,10 @@ class RoundsToTarget(FederatedCallback):
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.log_dir:
-            os.makedirs(trainer.log_dir, exist_ok=True)
-            with open(os.path.join(trainer.log_dir, "rounds_to_target.json"), "w") as f:
+        log_dir = trainer.log_dir  # a collective with several processes: every rank asks once
+        if log_dir and trainer.global_rank == 0:  # one file, whatever the number of processes
+            os.makedirs(log_dir, exist_ok=True)
+            with open(os.path.join(log_dir, "rounds_to_target.json"), "w") as f:
                 json.dump(self.result(), f, indent=2)
         reached = (f"round {self.reached_round} after {self.reached_seconds:.1f} s" if self.reached_round
                    else f"not reached in {trainer.global_step} rounds")

@@ -10,7 +10,8 @@ from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 
 from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.datamodules.partitions.config_errors import partition_config_error
-from lightning_fl.loop import FederatedLoop
+from lightning_fl.distributed import RankFailure
+from lightning_fl.loop import FederatedLoop, check_strategy
 from lightning_fl.validation import ConfigError, DivergenceError
 
 # One "batch" (a round ticket) per epoch by design: no workers needed, nothing to log per batch.
@@ -55,6 +56,10 @@ class FederatedCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("seed_everything", "model.seed")
 
+    def before_instantiate_classes(self) -> None:
+        config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
+        check_strategy(config.get("trainer", {}).get("strategy", "auto"))
+
 
 def _root_cause(err: BaseException, kind: type[BaseException]) -> BaseException | None:
     """The first ``kind`` exception in ``err``'s cause/context chain (jsonargparse wraps init errors)."""
@@ -76,7 +81,7 @@ def main(args: list[str] | None = None) -> None:
     try:
         FederatedCLI(args=args)
     except Exception as err:
-        for kind, code in ((ConfigError, 2), (DivergenceError, 1)):
+        for kind, code in ((ConfigError, 2), (DivergenceError, 1), (RankFailure, 1)):
             cause = _root_cause(err, kind)
             if cause is not None:
                 print(f"error: {cause}", file=sys.stderr)

@@ -12,6 +12,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning import LightningModule
 from pytorch_lightning.cli import OptimizerCallable
+from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
@@ -21,6 +22,7 @@ from lightning_fl.client_rows import DiskRows, RowStore
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.client_table import ClientTable
 from lightning_fl.datamodule import FederatedDataModule
+from lightning_fl.distributed import CohortSharding
 from lightning_fl.engines import (
     ENGINE_CHOICES,
     ClientEngine,
@@ -81,6 +83,9 @@ class FederatedLoop(LightningModule):
             through memory maps, for federations whose per-client state exceeds RAM (one model-sized
             row per client seen). Checkpoints then hold only an index of the rows; resume from the
             latest checkpoint (see docs/architecture.md).
+        collective_timeout: With several processes (``trainer.strategy: ddp``, ``torchrun``, SLURM):
+            seconds a rank waits for the others at a round's exchange before it stops with a message
+            naming the ranks that did not arrive (they died or hang).
         cpu_threads: Intra-op threads for torch on CPU. ``None`` (auto) uses 1 thread for models under
             one million parameters: their per-step kernels are microseconds long, and a second thread
             makes each step wait on a barrier (10x slower when the machine is busy with other runs).
@@ -112,6 +117,7 @@ class FederatedLoop(LightningModule):
         eval_batch_size: int = 4096,
         cpu_threads: int | None = None,
         client_state: str = "memory",
+        collective_timeout: float = 300.0,
     ) -> None:
         super().__init__()
         if not isinstance(client, ClientModule):
@@ -146,6 +152,8 @@ class FederatedLoop(LightningModule):
             check_positive("cpu_threads", cpu_threads, integer=True)
         self.cpu_threads = cpu_threads
         self.client_state = client_state
+        check_positive("collective_timeout", collective_timeout)
+        self.collective_timeout = float(collective_timeout)
         self.rounds_completed = 0
         self.last_evaluation: ClientEvaluation | None = None
         self.last_result: RoundResult | None = None
@@ -169,6 +177,7 @@ class FederatedLoop(LightningModule):
 
     @override
     def setup(self, stage: str) -> None:
+        self.sharding = self._sharding()
         datamodule = self.trainer.datamodule
         if not isinstance(datamodule, FederatedDataModule):
             raise ConfigError("data must be a lightning_fl.datamodules.FederatedDataModule (e.g. lightning_fl.datamodules.SyntheticDataModule)")
@@ -209,13 +218,29 @@ class FederatedLoop(LightningModule):
             aggregation=type(aggregator).__name__, device=self.trainer.strategy.root_device,
         )
         self.rounds = RoundRunner(self.model, self.engine, self.sampler, self.store, self.hierarchy, self.federation,
-                                  callbacks)
+                                  callbacks, self.sharding)
         self.rounds.setup_callbacks(training=stage == "fit", make_rows=self._row_store_factory())
+
+    def _sharding(self) -> CohortSharding:
+        """The cohort split over the run's processes; one-line errors for strategies that cannot work."""
+        strategy = self.trainer.strategy
+        if type(strategy) not in (SingleDeviceStrategy, DDPStrategy):
+            check_strategy(getattr(strategy, "strategy_name", None) or type(strategy).__name__)
+        world = self.trainer.world_size
+        if world > 1 and isinstance(strategy, DDPStrategy) and strategy.process_group_backend == "nccl":
+            local_ranks = max(1, world // max(1, self.trainer.num_nodes))
+            if torch.cuda.is_available() and local_ranks > torch.cuda.device_count():
+                raise ConfigError(f"trainer.strategy: nccl cannot run {local_ranks} ranks on"
+                                  f" {torch.cuda.device_count()} GPU(s); use class_path"
+                                  " pytorch_lightning.strategies.DDPStrategy with init_args {process_group_backend: gloo}")
+        return CohortSharding(world, self.trainer.global_rank, self.collective_timeout)
 
     def _client_state_dir(self) -> Path | None:
         if self.client_state == "memory":
             return None
-        return Path(self.trainer.log_dir or self.trainer.default_root_dir) / "client_state"
+        root = Path(self.trainer.log_dir or self.trainer.default_root_dir) / "client_state"
+        # Every rank holds the whole state (identical on every rank) and writes its own files.
+        return root if self.trainer.world_size == 1 else root / f"rank{self.trainer.global_rank}"
 
     def _row_store_factory(self) -> Callable[[ClientTable], RowStore] | None:
         directory = self._client_state_dir()
@@ -290,7 +315,7 @@ class FederatedLoop(LightningModule):
     def _evaluate(self, stage: str) -> None:
         data = self.data
         correct, total, loss_sum = evaluate_segments(self.model, data.x_test, data.y_test, data.test_offsets,
-                                                     self.eval_batch_size)
+                                                     self.eval_batch_size, self.sharding)
         self.last_evaluation = ClientEvaluation(stage, self.rounds_completed, correct, total, loss_sum)
 
     def _dispatch_evaluation(self) -> None:
@@ -365,3 +390,22 @@ def _probe_optimizer(optimizer: OptimizerCallable) -> tuple[float, float]:
 def _import_class(class_path: str) -> type:
     module, _, name = class_path.rpartition(".")
     return getattr(importlib.import_module(module), name)
+
+
+#: ``trainer.strategy`` values the loop can shard clients under: one device, or DDP processes.
+STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "single_device")
+
+
+def check_strategy(strategy: Any) -> None:
+    """One-line ``ConfigError`` unless ``strategy`` (a name or a config entry) is one the loop supports.
+
+    The loop shards each round's cohort over the processes itself; strategies that shard a model
+    (``fsdp``, ``deepspeed``) or split batches (``dp``) have nothing to do here.
+    """
+    if isinstance(strategy, dict):  # {class_path: ..., init_args: ...}
+        strategy = str(strategy.get("class_path", "")).rsplit(".", 1)[-1]
+    name = strategy if isinstance(strategy, str) else type(strategy).__name__
+    if name in STRATEGIES or name in ("DDPStrategy", "SingleDeviceStrategy") or name.startswith("ddp_find_unused"):
+        return
+    raise ConfigError(f"trainer.strategy must be one of {', '.join(STRATEGIES)} or a DDPStrategy (torchrun and SLURM"
+                      f" launch ddp too); got {name}: the loop shards each round's clients over the processes itself")

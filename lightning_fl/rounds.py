@@ -18,10 +18,11 @@ from lightning_fl.callback import AggregationCallback, FederatedCallback
 from lightning_fl.client_rows import RowStore
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.client_table import ClientTable
-from lightning_fl.engines.base import ClientEngine
+from lightning_fl.distributed import CohortSharding
+from lightning_fl.engines.base import ClientEngine, num_local_steps
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.engines.hooks import ClientHookSet
-from lightning_fl.evaluation import ClientEvaluation
+from lightning_fl.evaluation import ClientEvaluation, client_train_losses
 from lightning_fl.federation import Federation
 from lightning_fl.functional.weights import fedavg_weights, weighted_average
 from lightning_fl.hierarchy import Hierarchy
@@ -43,11 +44,14 @@ class RoundRunner:
         hierarchy: Three-layer mode, or ``None``.
         federation: What callbacks may know about the run.
         callbacks: The trainer's federated callbacks, in order; exactly one is an aggregation callback.
+        sharding: How the cohort is split over processes (default: one process trains it all).
     """
 
     def __init__(self, model: ClientModule, engine: ClientEngine, sampler: ClientSampler, store: ClientStateStore,
-                 hierarchy: Hierarchy | None, federation: Federation, callbacks: Sequence[FederatedCallback]) -> None:
+                 hierarchy: Hierarchy | None, federation: Federation, callbacks: Sequence[FederatedCallback],
+                 sharding: CohortSharding | None = None) -> None:
         self.model, self.engine, self.sampler, self.store = model, engine, sampler, store
+        self.sharding = sharding or CohortSharding()
         self.hierarchy = hierarchy
         self.federation = federation
         self.callbacks = list(callbacks)
@@ -118,8 +122,11 @@ class RoundRunner:
     def _train(self, round_idx: int, client_ids: Tensor, participation: Tensor, *, sub_round: int = 0,
                local_epochs: int | None = None, where: str = "") -> tuple[CohortUpdate, float]:
         started = time.perf_counter()
-        update = self.engine.train_cohort(round_idx, client_ids, participation, self.hooks, sub_round=sub_round,
-                                          local_epochs=local_epochs)
+        if self.sharding.active:
+            update = self._train_shard(round_idx, client_ids, participation, sub_round, local_epochs)
+        else:
+            update = self.engine.train_cohort(round_idx, client_ids, participation, self.hooks, sub_round=sub_round,
+                                              local_epochs=local_epochs)
         elapsed = time.perf_counter() - started
         bad = update.first_non_finite_client()
         if bad is not None:
@@ -130,6 +137,25 @@ class RoundRunner:
         # Clients train in parallel in a deployment: the round waits for the one with the most steps.
         steps = update.num_steps.double()
         return update, elapsed * float(steps.max() / steps.sum().clamp_min(1))
+
+    def _train_shard(self, round_idx: int, client_ids: Tensor, participation: Tensor, sub_round: int,
+                     local_epochs: int | None) -> CohortUpdate:
+        """This rank trains its share of ``client_ids``; every rank gets the whole cohort's update back."""
+        plan = self.engine.plan
+        num_samples = self.federation.train_sizes[client_ids]
+        shards = self.sharding.assign(num_local_steps(num_samples, local_epochs or plan.local_epochs, plan.batch_size))
+        mine = torch.tensor(shards[self.sharding.rank], dtype=torch.long)
+        loss_before = None
+        if self.hooks.requires_loss_before:  # measured on the whole cohort, exactly as one process does
+            loss_before = client_train_losses(self.model, self.engine.data, client_ids)[mine]
+        local = self.engine.train_cohort(round_idx, client_ids[mine], participation[mine], self.hooks,
+                                         cohort_size=len(client_ids), sub_round=sub_round, local_epochs=local_epochs,
+                                         loss_before=loss_before)
+        kept = self.store.keep_optimizer_state
+        return self.sharding.gather(
+            local, shards, client_ids, what=f"round {round_idx}",
+            kept_states=(lambda ids: {k: self.store.optimizer_state(k) for k in ids}) if kept else None,
+            keep_state=self.store.save_optimizer_state if kept else None)
 
     def _flat_round(self, round_idx: int, log: RoundLogger) -> tuple[CohortUpdate, RoundTraffic]:
         """Sample a cohort and train it from the global model (SPEC section 1)."""

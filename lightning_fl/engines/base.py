@@ -85,8 +85,8 @@ class ClientEngine(ABC):
         self._label_hist = data.label_histograms("train").cpu()
 
     def train_cohort(self, round_idx: int, client_ids: Tensor, participation: Tensor, hooks: ClientHookSet,
-                     cohort_size: int | None = None, sub_round: int = 0, local_epochs: int | None = None
-                     ) -> CohortUpdate:
+                     cohort_size: int | None = None, sub_round: int = 0, local_epochs: int | None = None,
+                     loss_before: Tensor | None = None) -> CohortUpdate:
         """Train ``client_ids`` from the current global model.
 
         Args:
@@ -97,16 +97,28 @@ class ClientEngine(ABC):
             cohort_size: ``K`` as the hooks should see it (defaults to ``len(client_ids)``).
             sub_round: Institution round within a global iteration (hierarchy mode; 0 otherwise).
             local_epochs: Override of ``plan.local_epochs`` for this call (Tempo's adaptive epochs).
+            loss_before: ``loss_before_k`` already measured (a shard of a cohort measured as a whole);
+                ``None``: measured here when a hook asks for it.
         """
         if local_epochs is not None and local_epochs != self.plan.local_epochs:
             saved, self.plan = self.plan, replace(self.plan, local_epochs=local_epochs)
             try:
-                return self.train_cohort(round_idx, client_ids, participation, hooks, cohort_size, sub_round)
+                return self.train_cohort(round_idx, client_ids, participation, hooks, cohort_size, sub_round,
+                                         loss_before=loss_before)
             finally:
                 self.plan = saved
         num_samples = self.data.train_sizes().cpu()[client_ids]
         num_steps = num_local_steps(num_samples, self.plan.local_epochs, self.plan.batch_size)
-        loss_before = client_train_losses(self.model, self.data, client_ids) if hooks.requires_loss_before else None
+        if len(client_ids) == 0:  # a rank whose share of a small cohort is empty
+            return CohortUpdate(
+                round_idx=round_idx, client_ids=client_ids, weights=torch.empty(0, self.layout.numel,
+                                                                                device=self.model.device),
+                int_state={}, num_samples=num_samples, num_steps=num_steps,
+                train_acc=torch.zeros(0, dtype=torch.float64), train_loss=torch.zeros(0, dtype=torch.float64),
+                participation=participation, label_hist=self._label_hist[client_ids],
+                loss_before=torch.zeros(0, dtype=torch.float64) if hooks.requires_loss_before else None)
+        if loss_before is None and hooks.requires_loss_before:
+            loss_before = client_train_losses(self.model, self.data, client_ids)
         ctx = LocalTrainingContext(
             round_idx=round_idx, client_ids=client_ids, cohort_size=cohort_size or len(client_ids), num_steps=num_steps,
             global_params={n: p.detach() for n, p in self.model.named_parameters()}, lr=self.plan.lr,

@@ -16,6 +16,7 @@ from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.engines.local_step import LocalStep, LossTerm, StepTarget
 from lightning_fl.models.base import ClientModule
+from lightning_fl.seeding import derive_seed
 
 
 class SequentialEngine(ClientEngine):
@@ -56,6 +57,9 @@ class SequentialEngine(ClientEngine):
             with torch.no_grad():
                 for name, value in global_state.items():
                     self._work_state[name].copy_(value)
+            # Dropout and other draws of torch's global generator: a function of (seed, round, client),
+            # so a client trains the same whichever process or position in the cohort it has.
+            torch.manual_seed(derive_seed(self.plan.seed, "client-torch", ctx.round_idx, ctx.sub_round, client_id))
             train_acc[i], train_loss[i], extra = self._train_client(one, client_id, hooks)
             extras.append(extra)
             self.layout.flatten(self._work_state, out=weights[i])

@@ -1,0 +1,73 @@
+"""Tiny federated runs shared by the single-process reference and the multi-process workers.
+
+Every case is a few rounds on an 8-client Synthetic(1,1) federation with a 5-client cohort (so shares
+are uneven), evaluated every round; :func:`run_case` returns the final global weights and the
+fairness history, which must not depend on the number of processes.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from lightning_fl.datamodules import SyntheticDataModule
+from pytorch_lightning.strategies import DDPStrategy
+
+from lightning_fl import callbacks as cb
+from lightning_fl.hierarchy import Hierarchy
+from lightning_fl.loop import FederatedLoop
+from lightning_fl.models import LogisticRegression
+
+ROUNDS = 3
+
+
+def _sgd(params):
+    return torch.optim.SGD(params, lr=0.05)
+
+
+def _momentum(params):
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+
+
+#: name -> (callbacks, loop keyword arguments). Every algorithm of the project, the hierarchy with
+#: Tempo, and kept client optimizer states.
+CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
+    "FedAvg": ([cb.FedAvg()], {}),
+    "FedProx": ([cb.FedProx(mu=0.1)], {}),
+    "FedAvgM": ([cb.FedAvgM()], {}),
+    "FedAdam": ([cb.FedAdam(lr=0.05)], {}),
+    "FedYogi": ([cb.FedYogi(lr=0.05)], {}),
+    "FedAdagrad": ([cb.FedAdagrad(lr=0.05)], {}),
+    "Scaffold": ([cb.Scaffold()], {}),
+    "FedNova": ([cb.FedNova()], {"optimizer": _momentum}),
+    "QFFL": ([cb.QFFL(q=1.0)], {}),
+    "FedAdp": ([cb.FedAdp()], {}),
+    "FedFa": ([cb.FedFa()], {"optimizer": _momentum}),
+    "FedFaMo": ([cb.FedFaMo()], {"optimizer": _momentum}),
+    "IGFLClient": ([cb.IGFLClient()], {}),
+    "IGFLServer": ([cb.IGFLServer(attention="time")], {}),
+    "IGFL": ([cb.IGFL(attention="time")], {}),
+    "DWFed": ([cb.DWFed()], {}),
+    "FedDyn": ([cb.FedDyn(alpha=0.1)], {}),
+    "Tempo": ([cb.FedAvg(), cb.Tempo(initial_epochs=2)], {"hierarchy": Hierarchy(num_institutions=2, local_rounds=2)}),
+    "KeptMomentum": ([cb.FedAvg()], {"optimizer": _momentum, "keep_client_optimizer_state": True}),
+}
+
+
+def run_case(name: str, engine: str, world_size: int = 1, local_epochs: int = 2) -> dict[str, Any]:
+    """Train case ``name`` for :data:`ROUNDS` rounds; ``world_size > 1`` under torchrun (gloo)."""
+    callbacks, kwargs = copy.deepcopy(CASES[name])
+    kwargs = {"optimizer": _sgd, **kwargs}
+    torch.manual_seed(0)
+    loop = FederatedLoop(client=LogisticRegression(60, 10), clients_per_round=5, local_epochs=local_epochs,
+                         batch_size=10, seed=0, engine=engine, **kwargs)
+    strategy = DDPStrategy(process_group_backend="gloo") if world_size > 1 else "auto"
+    trainer = pl.Trainer(max_epochs=ROUNDS, accelerator="cpu", devices=world_size, strategy=strategy, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         num_sanity_val_steps=0, check_val_every_n_epoch=1, callbacks=callbacks)
+    trainer.fit(loop, datamodule=SyntheticDataModule("1_1", num_clients=8, max_samples_per_client=80))
+    fairness = next(c for c in trainer.callbacks if isinstance(c, cb.FairnessMetrics))
+    return {"weights": loop.layout.flatten(loop.model.state_dict()).clone(), "history": list(fairness.history),
+            "collectives": loop.sharding.collectives}
