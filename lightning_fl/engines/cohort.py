@@ -101,7 +101,9 @@ class CohortUpdate:
     def first_non_finite_client(self) -> tuple[int, str] | None:
         """The first client whose loss or weights are NaN/inf, with what went wrong, else ``None``."""
         bad_loss = ~torch.isfinite(self.train_loss)
-        bad_weights = ~torch.isfinite(self.weights).all(dim=1)
+        # A few rows at a time: isfinite over all (K, d) at once costs almost twice the weights in memory.
+        bad_weights = torch.cat([~torch.isfinite(rows).all(dim=1) for rows in self.weights.split(16)]
+                                ) if len(self.weights) else torch.zeros(0, dtype=torch.bool)
         bad = (bad_loss | bad_weights.to(bad_loss.device)).nonzero()
         if len(bad) == 0:
             return None
