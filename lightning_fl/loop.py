@@ -401,6 +401,8 @@ def check_strategy(strategy: Any) -> None:
     """
     if isinstance(strategy, dict):  # {class_path: ..., init_args: ...}
         strategy = str(strategy.get("class_path", "")).rsplit(".", 1)[-1]
+    elif getattr(strategy, "class_path", None):  # the same, as the CLI parser's namespace
+        strategy = str(strategy.class_path).rsplit(".", 1)[-1]
     name = strategy if isinstance(strategy, str) else type(strategy).__name__
     if name in STRATEGIES or name in ("DDPStrategy", "SingleDeviceStrategy") or name.startswith("ddp_find_unused"):
         return
