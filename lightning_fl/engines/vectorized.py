@@ -115,9 +115,10 @@ class VectorizedEngine(ClientEngine):
         train_loss = torch.zeros(num_clients, dtype=torch.float64)
         extra_parts = []
         for positions, saved in self._chunks(ctx):
-            w, acc, loss, extra = self._train_chunk(ctx, positions, saved, hooks)
+            full, acc, loss, extra = self._train_chunk(ctx, positions, saved, hooks)
             index = torch.tensor(positions)
-            weights[index.to(device)] = w
+            self._write_rows(weights, index.to(device), full)
+            del full  # the chunk's parameters: freed before the next chunk trains
             train_acc[index], train_loss[index] = acc, loss
             extra_parts.append((index, extra))
         # Integer buffers are never trained here (no BatchNorm): the first member's equal the global ones.
@@ -146,7 +147,7 @@ class VectorizedEngine(ClientEngine):
         return chunks
 
     def _train_chunk(self, ctx: LocalTrainingContext, positions: list[int], saved: list | None,
-                     hooks: ClientHookSet) -> tuple[Tensor, Tensor, Tensor, dict[str, Tensor]]:
+                     hooks: ClientHookSet) -> tuple[dict[str, Tensor], Tensor, Tensor, dict[str, Tensor]]:
         plan, device = self.plan, self.model.device
         num = len(positions)
         index = torch.tensor(positions)
@@ -182,7 +183,7 @@ class VectorizedEngine(ClientEngine):
         extra = hooks.on_local_train_end(chunk, full)
         correct, loss_sum = stats.totals(per_sample_cross_entropy if self._default_loss else self._per_sample_loss, num)
         n_k = torch.tensor(sizes, dtype=torch.float64)
-        return self._flat(full, num), correct / n_k, loss_sum / n_k, extra
+        return full, correct / n_k, loss_sum / n_k, extra
 
     def _steps(self, chunk: LocalTrainingContext, schedule: ChunkSchedule, batches: StagedBatches,
                stats: FinalEpochStats, full: dict[str, Tensor], leaves: list[Tensor], optimizer: Optimizer,
@@ -212,14 +213,13 @@ class VectorizedEngine(ClientEngine):
         # A custom ClientModule.loss is assumed to be a mean of per-sample terms (as the default).
         return vmap(lambda out, target: self.model.loss(out.unsqueeze(0), target.unsqueeze(0)))(logits, y).float()
 
-    def _flat(self, full: dict[str, Tensor], num: int) -> Tensor:
-        """``(C, d)`` fp32 client weights; float buffers (never trained here) keep the global value."""
-        out = torch.empty(num, self.layout.numel, device=self.model.device)
+    def _write_rows(self, weights: Tensor, rows: Tensor, full: dict[str, Tensor]) -> None:
+        """Copy a chunk's parameters into ``weights[rows]`` entry by entry (no ``(C, d)`` temporary);
+        float buffers (never trained here) keep the global value."""
         state = self.model.state_dict() if self._constant else {}
         for entry in self.layout.float_entries:
             source = full[entry.name] if entry.name in full else state[entry.name].unsqueeze(0)
-            out[:, entry.start : entry.stop] = source.reshape(source.shape[0], -1)
-        return out
+            weights[rows, entry.start : entry.stop] = source.reshape(source.shape[0], -1).to(weights.dtype)
 
 
 class _StackedClients(StepTarget):
@@ -258,6 +258,8 @@ class _StackedClients(StepTarget):
         if self.fused:
             # Logits go straight into the statistics buffer (offset has their shape; dtype: the params').
             out = self.stats_buffer(offset.to(self.leaves[0].dtype)) if self.stats_buffer is not None else None
+            for leaf in self.leaves:  # last step's gradients go before this step's exist (peak memory)
+                leaf.grad = None
             grads, logits = engine.forward.gradients(x, weight, offset, out)
             if loss_term is not None:
                 self._add_term_gradients(grads, loss_term)
