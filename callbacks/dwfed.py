@@ -14,7 +14,6 @@ from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.federation import Federation
 from lightning_fl.functional.dwfed import ish_weights
 from lightning_fl.functional.label_stats import emd_to_population
-from lightning_fl.functional.weights import weighted_average
 from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import ConfigError
 
@@ -61,6 +60,8 @@ class DWFed(AggregationCallback):
           init_args: {eta_ish: 1.0, weight_by_samples: false}
     """
 
+    supports_reduce = True  # only weighted sums of the clients' weights (model.exchange: reduce)
+
     def __init__(self, eta_ish: float | str = 1.0, weight_by_samples: bool = False,
                  figure_every_n_rounds: int = 1) -> None:
         super().__init__()
@@ -103,4 +104,4 @@ class DWFed(AggregationCallback):
         figure = self.figure_every_n_rounds > 0 and round_idx % self.figure_every_n_rounds == 0
         log_client_weights(log, weights, update.client_ids, "DWFed weights", figure)
         log.log_histogram("server/emd", emd.float())
-        return weighted_average(update.weights, weights)
+        return update.weighted_sum(weights)

@@ -8,7 +8,7 @@ from typing_extensions import override
 from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.federation import Federation
-from lightning_fl.functional.weights import WEIGHTINGS, fedavg_weights, weighted_average
+from lightning_fl.functional.weights import WEIGHTINGS, fedavg_weights
 from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import check_choice
 
@@ -33,6 +33,7 @@ class FedAvg(AggregationCallback):
     """
 
     supports_hierarchy = True
+    supports_reduce = True
 
     def __init__(self, weighting: str = "samples") -> None:
         super().__init__()
@@ -49,4 +50,4 @@ class FedAvg(AggregationCallback):
         weights, degenerate = fedavg_weights(update.num_samples.to(global_w.device), self.weighting)
         if degenerate:
             self.warn_degenerate_once("sample-count weights", round_idx)
-        return weighted_average(update.weights, weights.to(global_w.dtype))
+        return update.weighted_sum(weights.to(global_w.dtype))

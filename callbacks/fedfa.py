@@ -15,7 +15,6 @@ from lightning_fl.functional.fedfa import (
     fedfa_weights,
     server_momentum_step,
 )
-from lightning_fl.functional.weights import weighted_average
 from lightning_fl.reporting.figures import weights_figure
 from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import (
@@ -103,6 +102,8 @@ class FedFa(AggregationCallback):
     #: Title of the weights chart.
     weights_title = "FedFa weights"
 
+    supports_reduce = True  # only weighted sums of the clients' weights (model.exchange: reduce)
+
     def __init__(
         self,
         alpha: float = 0.5,
@@ -145,7 +146,7 @@ class FedFa(AggregationCallback):
         weights, degenerate = self.client_weights(update, global_w)
         if degenerate:
             self.warn_degenerate_once("weights", round_idx)
-        w_agg = weighted_average(update.weights, weights)
+        w_agg = update.weighted_sum(weights)
         momentum = None if self.momentum is None else self.momentum.to(global_w)
         new_w, self.momentum = server_momentum_step(global_w, w_agg, momentum, round_idx, self.server_momentum,
                                                     self.server_lr, self.period, self.momentum_form)

@@ -121,6 +121,7 @@ class IGFLClient(IGFLClientHooks, IGFLState, FedAvg):
     """
 
     supports_hierarchy = False  # the hooks need per-client deltas, not institution models
+    supports_reduce = False  # records every client's delta
 
     def __init__(self, weighting: str = "samples") -> None:
         super().__init__(weighting)

@@ -61,9 +61,13 @@ class AggregationCallback(FederatedCallback):
     Attributes:
         supports_hierarchy: Whether the server step only needs each member's weights and sample count,
             so it can combine institution models in hierarchy mode (SPEC section 6).
+        supports_reduce: Whether the server step reads the clients' weights only through
+            ``update.weighted_sum``, so several processes may exchange partial sums instead of every
+            client's weights (``model.exchange: reduce``).
     """
 
     supports_hierarchy: bool = False
+    supports_reduce: bool = False
 
     def __init__(self) -> None:
         super().__init__()

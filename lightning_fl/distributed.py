@@ -130,7 +130,8 @@ class CohortSharding:
     # ------------------------------------------------------------------ the exchange
     def gather(self, local: CohortUpdate, shards: list[list[int]], client_ids: Tensor,
                kept_states: Callable[[list[int]], dict[int, Any]] | None = None,
-               keep_state: Callable[[int, Any], None] | None = None, what: str = "exchange") -> CohortUpdate:
+               keep_state: Callable[[int, Any], None] | None = None, what: str = "exchange",
+               reduce: bool = False) -> CohortUpdate:
         """The whole cohort's update from every rank's share, in cohort order.
 
         Args:
@@ -140,11 +141,15 @@ class CohortSharding:
             kept_states: Reads this rank's kept optimizer states of the given clients (``None``: not kept).
             keep_state: Stores another rank's client's optimizer state here.
             what: Names the exchange in error messages (e.g. ``round 3``).
+            reduce: Keep every client's weights on its rank; the update's ``weighted_sum`` all-reduces
+                partial sums instead (``model.exchange: reduce``).
         """
         self._barrier(what)
         started = time.perf_counter()
-        weights = self._all_gather_rows(local.weights, shards, what)
-        stats = {"num_samples": local.num_samples, "num_steps": local.num_steps, "train_acc": local.train_acc,
+        weights = None if reduce else self._all_gather_rows(local.weights, shards, what)
+        finite = torch.stack([torch.isfinite(row).all() for row in local.weights]) if len(local.weights) else \
+            torch.zeros(0, dtype=torch.bool)
+        stats = {"finite": finite, "num_samples": local.num_samples, "num_steps": local.num_steps, "train_acc": local.train_acc,
                  "train_loss": local.train_loss, "participation": local.participation, "label_hist": local.label_hist,
                  "loss_before": local.loss_before, "extra": local.extra, "int_state": local.int_state}
         if kept_states is not None:
@@ -166,6 +171,8 @@ class CohortSharding:
                 keep_state(client, saved)
         return CohortUpdate(
             round_idx=local.round_idx, client_ids=client_ids, weights=weights,
+            reduce_rows=self._reducer(local.weights, shards[self.rank], what) if reduce else None,
+            finite=merged("finite") if reduce else None,
             int_state={k: v.to(device) for k, v in every[owner_of_first]["int_state"].items()},
             num_samples=merged("num_samples"), num_steps=merged("num_steps"), train_acc=merged("train_acc"),
             train_loss=merged("train_loss"), participation=merged("participation"), label_hist=merged("label_hist"),
@@ -173,6 +180,25 @@ class CohortSharding:
             extra={key: torch.cat([s["extra"][key] for s in every if key in s["extra"]])[order].to(device)
                    for key in extra_keys},
         )
+
+
+    def _reducer(self, rows: Tensor, mine: list[int], what: str) -> Callable[[Tensor], Tensor]:
+        """``coefficients (K,) -> sum_k c_k y_k``: this rank's clients summed here, then one all-reduce."""
+
+        def weighted_sum(coefficients: Tensor) -> Tensor:
+            partial = torch.tensordot(coefficients[torch.tensor(mine, dtype=torch.long)].to(rows), rows, dims=1) \
+                if mine else torch.zeros(rows.shape[1:], dtype=rows.dtype, device=rows.device)
+            device = rows.device if dist.get_backend() == "nccl" else torch.device("cpu")
+            total = partial.to(device)
+            try:
+                dist.all_reduce(total)
+            except RuntimeError as err:
+                raise RankFailure(f"{what}: {_describe_failure(err)}") from None
+            self.collectives += 1
+            self.bytes_exchanged += total.numel() * total.element_size() * self.world_size
+            return total.to(rows.device)
+
+        return weighted_sum
 
 
 def _to_cpu(value: Any) -> Any:

@@ -43,6 +43,7 @@ from lightning_fl.validation import ConfigError, check_choice, check_positive
 SUPPORTED_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 #: Added to ``trainer.callbacks`` when missing: the aggregation (unless the run has one) and the metrics.
 CLIENT_STATE_STORES = ("memory", "disk")
+EXCHANGES = ("gather", "reduce")
 DEFAULT_CALLBACKS = ("lightning_fl.callbacks.FedAvg", "lightning_fl.callbacks.FairnessMetrics")
 
 
@@ -85,6 +86,11 @@ class FederatedLoop(LightningModule):
         collective_timeout: With several processes (``trainer.strategy: ddp``, ``torchrun``, SLURM):
             seconds a rank waits for the others at a round's exchange before it stops with a message
             naming the ranks that did not arrive (they died or hang).
+        exchange: With several processes: ``gather`` (default) all-gathers every trained client's
+            weights in cohort order, so the model is bitwise the single-process one; ``reduce`` sums
+            each rank's clients locally and all-reduces the sums (``d`` values instead of ``K x d``
+            moved and held per rank; equal to float rounding), for aggregations that only average the
+            clients' weights: FedAvg, FedProx, FedAvgM, FedAdam, FedYogi, FedAdagrad, FedFa, FedFaMo, DWFed.
         cpu_threads: Intra-op threads for torch on CPU. ``None`` (auto) uses 1 thread for models under
             one million parameters: their per-step kernels are microseconds long, and a second thread
             makes each step wait on a barrier (10x slower when the machine is busy with other runs).
@@ -117,6 +123,7 @@ class FederatedLoop(LightningModule):
         cpu_threads: int | None = None,
         client_state: str = "memory",
         collective_timeout: float = 300.0,
+        exchange: str = "gather",
     ) -> None:
         super().__init__()
         if not isinstance(client, ClientModule):
@@ -152,6 +159,8 @@ class FederatedLoop(LightningModule):
         self.cpu_threads = cpu_threads
         self.client_state = client_state
         check_positive("collective_timeout", collective_timeout)
+        check_choice("exchange", exchange, EXCHANGES)
+        self.exchange = exchange
         self.collective_timeout = float(collective_timeout)
         self.rounds_completed = 0
         self.last_evaluation: ClientEvaluation | None = None
@@ -216,7 +225,7 @@ class FederatedLoop(LightningModule):
             aggregation=type(aggregator).__name__, device=self.trainer.strategy.root_device,
         )
         self.rounds = RoundRunner(self.model, self.engine, self.sampler, self.store, self.hierarchy, self.federation,
-                                  callbacks, self.sharding)
+                                  callbacks, self.sharding, reduce=self.exchange == "reduce")
         self.rounds.setup_callbacks(training=stage == "fit", make_rows=self._row_store_factory())
 
     def _sharding(self) -> CohortSharding:

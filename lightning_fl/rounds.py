@@ -45,18 +45,26 @@ class RoundRunner:
         federation: What callbacks may know about the run.
         callbacks: The trainer's federated callbacks, in order; exactly one is an aggregation callback.
         sharding: How the cohort is split over processes (default: one process trains it all).
+        reduce: Exchange partial weighted sums instead of every client's weights (flat rounds with
+            several processes and an aggregation callback that ``supports_reduce``).
     """
 
     def __init__(self, model: ClientModule, engine: ClientEngine, sampler: ClientSampler, store: ClientStateStore,
                  hierarchy: Hierarchy | None, federation: Federation, callbacks: Sequence[FederatedCallback],
-                 sharding: CohortSharding | None = None) -> None:
+                 sharding: CohortSharding | None = None, reduce: bool = False) -> None:
         self.model, self.engine, self.sampler, self.store = model, engine, sampler, store
+        self.reduce = reduce
         self.sharding = sharding or CohortSharding()
         self.hierarchy = hierarchy
         self.federation = federation
         self.callbacks = list(callbacks)
         self.aggregator = next(c for c in self.callbacks if isinstance(c, AggregationCallback))
         self.hooks = ClientHookSet(self.callbacks)
+        if reduce and (hierarchy is not None or not self.aggregator.supports_reduce):
+            raise ConfigError(f"model.exchange: reduce needs an aggregation that only averages the clients' weights"
+                              f" (FedAvg, FedProx, FedAvgM, FedAdam, FedYogi, FedAdagrad, FedFa, FedFaMo, DWFed) and no"
+                              f" model.hierarchy; got {type(self.aggregator).__name__}"
+                              f"{' with a hierarchy' if hierarchy is not None else ''}; use exchange: gather")
         if hierarchy is not None and not self.aggregator.supports_hierarchy:
             raise ConfigError(f"{type(self.aggregator).__name__} cannot aggregate institutions in model.hierarchy mode"
                               " (its server step needs per-client updates); use FedAvg, FedProx, FedAvgM, FedAdam, FedYogi,"
@@ -153,7 +161,7 @@ class RoundRunner:
                                          loss_before=loss_before)
         kept = self.store.keep_optimizer_state
         return self.sharding.gather(
-            local, shards, client_ids, what=f"round {round_idx}",
+            local, shards, client_ids, what=f"round {round_idx}", reduce=self.reduce and self.hierarchy is None,
             kept_states=(lambda ids: {k: self.store.optimizer_state(k) for k in ids}) if kept else None,
             keep_state=self.store.save_optimizer_state if kept else None)
 

@@ -41,12 +41,21 @@ def two_processes(tmp_path_factory) -> dict:
 def test_two_processes_train_the_single_process_model(two_processes, name: str, engine: str) -> None:
     torch.set_num_threads(1)
     one, two = run_case(name, engine), two_processes[f"{name}/{engine}"]
-    if engine == "sequential":  # bitwise (SPEC 10)
+    exact = engine == "sequential" and not name.endswith("-reduce")
+    if exact:  # all-gather in cohort order: bitwise (SPEC 10)
         assert torch.equal(one["weights"], two["weights"])
-    else:  # the vectorized engine trains other chunks: equal to float rounding
+        # Evaluation is sharded by chunks of samples and gathered: the same fairness metrics.
+        assert one["history"] == two["history"]
+    else:  # other chunks (vectorized) or partial sums (reduce): equal to float rounding
         torch.testing.assert_close(two["weights"], one["weights"], rtol=1e-5, atol=1e-6)
-    # Evaluation is sharded by chunks of samples and gathered: the same fairness metrics.
-    assert one["history"] == two["history"] if engine == "sequential" else len(one["history"]) == len(two["history"])
+        assert len(one["history"]) == len(two["history"])
+
+
+def test_reduce_moves_a_model_per_rank_instead_of_every_client(two_processes) -> None:
+    gathered, reduced = two_processes["FedAvg/sequential"]["bytes"], two_processes["FedAvg-reduce/sequential"]["bytes"]
+    # 3 rounds of 5 clients (shares of 3 and 2, padded to 3) x 610 fp32 values, vs 3 rounds x 2 ranks x 610.
+    assert gathered == 3 * 2 * 3 * 610 * 4
+    assert reduced == 3 * 2 * 610 * 4
 
 
 def test_local_training_issues_no_collective(two_processes) -> None:
@@ -144,3 +153,10 @@ def test_a_dead_rank_stops_the_others_with_its_name(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert time.perf_counter() - started < 200
     assert "error: round 1: rank 1 did not reach the exchange" in result.stderr, result.stderr[-3000:]
+
+
+def test_reduce_needs_an_averaging_aggregation(tiny, capsys) -> None:
+    config = tiny(**{"model.exchange": "reduce", "trainer.callbacks": [{"class_path": "lightning_fl.callbacks.Scaffold"}]})
+    assert run_cli("fit", "--config", str(config)) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("error: model.exchange: reduce needs an aggregation that only averages") and "Scaffold" in last

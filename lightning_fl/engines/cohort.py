@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,6 +10,7 @@ import torch
 from torch import Tensor
 
 from lightning_fl.flat_state import FlatStateLayout
+from lightning_fl.functional.weights import weighted_average
 
 
 @dataclass
@@ -68,7 +70,8 @@ class CohortUpdate:
     Attributes:
         round_idx: The round ``t``.
         client_ids: ``(K,)`` client ids (sorted).
-        weights: ``(K, d)`` fp32: each client's final floating-point state ``y_k``, flattened.
+        weights: ``(K, d)`` fp32: each client's final floating-point state ``y_k``, flattened
+            (``None`` with ``model.exchange: reduce``: see :meth:`weighted_sum`).
         int_state: Non-floating state entries (e.g. BatchNorm counters) of the first cohort member.
         num_samples: ``(K,)`` ``n_k``.
         num_steps: ``(K,)`` ``tau_k``.
@@ -79,6 +82,10 @@ class CohortUpdate:
         loss_before: ``(K,)`` loss of ``w^t`` on each client's train split, only when a callback
             asked for it (q-FFL); ``None`` otherwise.
         extra: Per-client tensors returned by hooks' ``on_local_train_end`` (stacked to ``(K, ...)``).
+        reduce_rows: With ``model.exchange: reduce`` over several processes, ``weights`` is ``None`` and
+            this computes ``sum_k c_k y_k`` from every rank's own rows (one all-reduce); use
+            :meth:`weighted_sum`.
+        finite: ``(K,)`` bool, whether each client's weights are all finite, when ``weights`` is ``None``.
     """
 
     round_idx: int
@@ -93,17 +100,32 @@ class CohortUpdate:
     label_hist: Tensor
     loss_before: Tensor | None = None
     extra: dict[str, Tensor] = field(default_factory=dict)
+    reduce_rows: Callable[[Tensor], Tensor] | None = None
+    finite: Tensor | None = None
 
     @property
     def cohort_size(self) -> int:
         return len(self.client_ids)
 
+    def weighted_sum(self, coefficients: Tensor) -> Tensor:
+        """``sum_k c_k y_k``, ``(d,)``, for ``(K,)`` coefficients in cohort order.
+
+        From the cohort's weights when this process holds them (bitwise the single-process result);
+        otherwise through :attr:`reduce_rows` (each rank sums its own clients, then one all-reduce:
+        equal to float rounding).
+        """
+        if self.weights is not None:
+            return weighted_average(self.weights, coefficients)
+        return self.reduce_rows(coefficients)
+
     def first_non_finite_client(self) -> tuple[int, str] | None:
         """The first client whose loss or weights are NaN/inf, with what went wrong, else ``None``."""
         bad_loss = ~torch.isfinite(self.train_loss)
-        # A few rows at a time: isfinite over all (K, d) at once costs almost twice the weights in memory.
-        bad_weights = torch.cat([~torch.isfinite(rows).all(dim=1) for rows in self.weights.split(16)]
-                                ) if len(self.weights) else torch.zeros(0, dtype=torch.bool)
+        if self.weights is None:
+            bad_weights = ~self.finite
+        else:  # a few rows at a time: isfinite over all (K, d) at once costs almost twice the weights
+            bad_weights = torch.cat([~torch.isfinite(rows).all(dim=1) for rows in self.weights.split(16)]
+                                    ) if len(self.weights) else torch.zeros(0, dtype=torch.bool)
         bad = (bad_loss | bad_weights.to(bad_loss.device)).nonzero()
         if len(bad) == 0:
             return None

@@ -17,6 +17,7 @@ from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.federation import ClientOptimizer, Federation
 from lightning_fl.flat_state import FlatStateLayout
+from lightning_fl.functional.weights import weighted_average
 from lightning_fl.round_logger import RoundLogger
 from tests.conftest import run_cli
 
@@ -99,8 +100,10 @@ def namespace_update(ids: Sequence[int], weights: Sequence[Sequence[float]], sam
                      **fields: Any) -> SimpleNamespace:
     """The parts of a ``CohortUpdate`` a weighting callback reads (float64 weights), plus ``fields``."""
     k = len(ids)
-    return SimpleNamespace(**fields, client_ids=torch.tensor(ids), weights=torch.tensor(weights, dtype=torch.float64),
-                           num_samples=torch.tensor(samples if samples is not None else [10] * k), cohort_size=k)
+    rows = torch.tensor(weights, dtype=torch.float64)
+    return SimpleNamespace(**fields, client_ids=torch.tensor(ids), weights=rows,
+                           num_samples=torch.tensor(samples if samples is not None else [10] * k), cohort_size=k,
+                           weighted_sum=lambda coefficients: weighted_average(rows, coefficients))
 
 
 def small_federated_data(sizes: Sequence[int], seed: int, features: int = 4, classes: int = 3) -> FederatedData:

@@ -53,6 +53,11 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     "FedDyn": ([cb.FedDyn(alpha=0.1)], {}),
     "Tempo": ([cb.FedAvg(), cb.Tempo(initial_epochs=2)], {"hierarchy": Hierarchy(num_institutions=2, local_rounds=2)}),
     "KeptMomentum": ([cb.FedAvg()], {"optimizer": _momentum, "keep_client_optimizer_state": True}),
+    # model.exchange: reduce (partial weighted sums, equal to float rounding)
+    "FedAvg-reduce": ([cb.FedAvg()], {"exchange": "reduce"}),
+    "FedAdam-reduce": ([cb.FedAdam(lr=0.05)], {"exchange": "reduce"}),
+    "FedFa-reduce": ([cb.FedFa()], {"optimizer": _momentum, "exchange": "reduce"}),
+    "DWFed-reduce": ([cb.DWFed()], {"exchange": "reduce"}),
 }
 
 
@@ -70,4 +75,4 @@ def run_case(name: str, engine: str, world_size: int = 1, local_epochs: int = 2)
     trainer.fit(loop, datamodule=SyntheticDataModule("1_1", num_clients=8, max_samples_per_client=80))
     fairness = next(c for c in trainer.callbacks if isinstance(c, cb.FairnessMetrics))
     return {"weights": loop.layout.flatten(loop.model.state_dict()).clone(), "history": list(fairness.history),
-            "collectives": loop.sharding.collectives}
+            "collectives": loop.sharding.collectives, "bytes": loop.sharding.bytes_exchanged}
