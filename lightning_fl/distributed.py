@@ -77,8 +77,7 @@ class CohortSharding:
             dist.monitored_barrier(self._barrier_group, timeout=datetime.timedelta(seconds=self.timeout_s),
                                    wait_all_ranks=True)
         except RuntimeError as err:
-            raise RankFailure(f"{what}: {_describe_failure(err)} within {self.timeout_s:g} s (model.collective_timeout);"
-                              " it died or hangs, so this rank stops too") from None
+            raise RankFailure(f"{what}: {self._describe(err)}") from None
         self.collectives += 1
         self.wait_seconds += time.perf_counter() - started
 
@@ -87,7 +86,7 @@ class CohortSharding:
         try:
             dist.all_gather_object(out, value)
         except RuntimeError as err:
-            raise RankFailure(f"{what}: {_describe_failure(err)}") from None
+            raise RankFailure(f"{what}: {self._describe(err)}") from None
         self.collectives += 1
         return out
 
@@ -107,7 +106,7 @@ class CohortSharding:
         try:
             dist.all_gather(parts, padded)
         except RuntimeError as err:
-            raise RankFailure(f"{what}: {_describe_failure(err)}") from None
+            raise RankFailure(f"{what}: {self._describe(err)}") from None
         del padded
         self.collectives += 1
         self.bytes_exchanged += buffer.numel() * buffer.element_size()
@@ -182,6 +181,21 @@ class CohortSharding:
         )
 
 
+    def _describe(self, err: RuntimeError) -> str:
+        """One line naming the rank that failed: gloo names those that missed a monitored barrier; a
+        closed connection names no one, which with two processes can only be the other rank."""
+        text = " ".join(str(err).split())
+        if "failed to pass monitoredBarrier" in text:
+            ranks = text.split("Ranks ", 1)[1] if "Ranks " in text else text.split("Rank ", 1)[-1]
+            ranks = [r.strip() for r in ranks.split(" failed", 1)[0].split(",") if r.strip()]
+            who = f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(ranks)}"
+            return (f"{who} did not reach the exchange within {self.timeout_s:g} s (model.collective_timeout);"
+                    " it died or hangs, so this rank stops too")
+        if any(s in text for s in ("Connection closed", "Connection reset", "Broken pipe")):
+            who = f"rank {1 - self.rank}" if self.world_size == 2 else f"a rank other than {self.rank}"
+            return f"{who} closed its connection (it died); this rank stops too"
+        return f"a collective failed ({text[:200]}); this rank stops too"
+
     def _reducer(self, rows: Tensor, mine: list[int], what: str) -> Callable[[Tensor], Tensor]:
         """``coefficients (K,) -> sum_k c_k y_k``: this rank's clients summed here, then one all-reduce."""
 
@@ -193,7 +207,7 @@ class CohortSharding:
             try:
                 dist.all_reduce(total)
             except RuntimeError as err:
-                raise RankFailure(f"{what}: {_describe_failure(err)}") from None
+                raise RankFailure(f"{what}: {self._describe(err)}") from None
             self.collectives += 1
             self.bytes_exchanged += total.numel() * total.element_size() * self.world_size
             return total.to(rows.device)
@@ -209,13 +223,3 @@ def _to_cpu(value: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(_to_cpu(v) for v in value)
     return value
-
-
-def _describe_failure(err: RuntimeError) -> str:
-    """gloo's message names the ranks that missed a monitored barrier; say it in one line."""
-    text = " ".join(str(err).split())
-    if "failed to pass monitoredBarrier" in text:
-        ranks = text.split("Ranks ", 1)[1] if "Ranks " in text else text.split("Rank ", 1)[-1]
-        ranks = [r.strip() for r in ranks.split(" failed", 1)[0].split(",") if r.strip()]
-        return f"{'rank' if len(ranks) == 1 else 'ranks'} {', '.join(ranks)} did not reach the exchange"
-    return f"a rank failed ({text[:200]})"

@@ -8,6 +8,7 @@ CLI tests launch the ways a user does: Lightning's ``ddp`` strategy, and ``torch
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -152,7 +153,8 @@ def test_a_dead_rank_stops_the_others_with_its_name(tmp_path: Path) -> None:
     result = _cli("fit", "--config", str(config), *DDP2, timeout=240)
     assert result.returncode != 0
     assert time.perf_counter() - started < 200
-    assert "error: round 1: rank 1 did not reach the exchange" in result.stderr, result.stderr[-3000:]
+    assert re.search(r"error: round 1: rank 1 (did not reach the exchange|closed its connection)", result.stderr), \
+        result.stderr[-3000:]
 
 
 def test_reduce_needs_an_averaging_aggregation(tiny, capsys) -> None:
