@@ -30,6 +30,7 @@ from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines import ClientHookSet, LocalTrainingPlan, SequentialEngine, VectorizedEngine
 from lightning_fl.engines.base import num_local_steps
 from lightning_fl.flat_state import FlatStateLayout
+from lightning_fl.round_logger import RoundLogger
 
 for _name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric"):
     logging.getLogger(_name).setLevel(logging.ERROR)
@@ -92,7 +93,7 @@ class EngineRunner(_Runner):
         ones = torch.ones(len(client_ids), dtype=torch.long)
         update = self.engine.train_cohort(round_idx, client_ids, ones, self.hooks)
         global_w = self.layout.flatten(self.model.state_dict())
-        new_w = self.aggregator.aggregate(None, None, round_idx, global_w, update)
+        new_w = self.aggregator.aggregate(round_idx, global_w, update, None, RoundLogger([], round_idx + 1))
         self.layout.load_into(new_w, self.model.state_dict())
 
 
