@@ -55,7 +55,7 @@ class FedDyn(AggregationCallback):
     @override
     def on_local_train_start(self, ctx: LocalTrainingContext) -> None:
         like = next(iter(ctx.global_params.values()))
-        ctx.cache[_CACHE_KEY] = ctx.layout.unflatten(self.grad_k.gather(ctx.client_ids, like.device))
+        ctx.cache[_CACHE_KEY] = self.grad_k.gather_by_entry(ctx.client_ids, ctx.layout, like.device)
 
     @override
     def local_loss_term(self, ctx: LocalTrainingContext, params: dict[str, Tensor]) -> Tensor:

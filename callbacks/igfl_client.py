@@ -64,7 +64,7 @@ class IGFLClientHooks:
         layout = ctx.layout
         like = next(iter(ctx.global_params.values()))
         flat_like = torch.empty(layout.numel, dtype=torch.float32, device=like.device)
-        prev = layout.unflatten(self.prev_delta.gather(ctx.client_ids, like.device))
+        prev = self.prev_delta.gather_by_entry(ctx.client_ids, layout, like.device)
         server = layout.unflatten(self.server_delta_like(flat_like))
         # D_G = D_I / K + [(0 - dW_k_prev / T) / K + dW_ps / T]: the bracket is constant during local
         # training, so it is computed once here with the same function (D_I = 0), and each step only

@@ -93,8 +93,8 @@ class Scaffold(AggregationCallback):
             return
         like = next(iter(ctx.global_params.values()))
         c = self._server_control(ctx.layout.numel, like.device)
-        c_k = self.client_control.gather(ctx.client_ids, like.device)
-        c_by_name, c_k_by_name = ctx.layout.unflatten(c), ctx.layout.unflatten(c_k)
+        c_by_name = ctx.layout.unflatten(c)
+        c_k_by_name = self.client_control.gather_by_entry(ctx.client_ids, ctx.layout, like.device)
         ctx.cache[_CACHE_KEY] = {name: (c_k_by_name[name], c_by_name[name]) for name in ctx.global_params}
 
     @override

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from lightning_fl.client_rows import DiskRows, MemoryRows, RowStore
+from lightning_fl.flat_state import FlatStateLayout
 
 #: ``shape`` value meaning "one entry per value of the model's flat state" (``d``).
 MODEL = "model"
@@ -70,6 +71,12 @@ class ClientTable:
             if row is not None:
                 out[i].copy_(row)
         return out
+
+    def gather_by_entry(self, client_ids: Tensor, layout: FlatStateLayout,
+                        device: torch.device | None = None) -> dict[str, Tensor]:
+        """:meth:`gather` of a ``"model"``-shaped state, as ``(C, *shape)`` views per state entry
+        (what client hooks need to correct each parameter)."""
+        return layout.unflatten(self.gather(client_ids, device))
 
     def scatter(self, client_ids: Tensor, rows: Tensor) -> None:
         """Store ``rows`` ``(C, *shape)`` as the rows of ``client_ids`` (copied, detached)."""
