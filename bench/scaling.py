@@ -7,7 +7,7 @@ Lightning ``Trainer``; ``ddp`` over gloo for ``W = 2``, launched with ``torchrun
 engine, and reports the median round time of the timed rounds (after one warm-up round), the
 exchange per round (bytes all-gathered, seconds moving them, seconds waiting at the barrier for the
 slower rank) and the peak resident memory of each rank. Speed-up = round time at ``W = 1`` / round
-time at ``W``, both with 1 torch thread per process (SPEC section 10); efficiency = speed-up / ``W``.
+time at ``W``, both with 1 torch thread per process; efficiency = speed-up / ``W``.
 The extra ``W = 1, default threads`` row uses the loop's thread policy (all cores for models of a
 million parameters or more), to show whether processes or threads serve a model better. The rows of
 a job run one after the other in one invocation, so they see the same machine load.

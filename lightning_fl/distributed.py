@@ -4,7 +4,7 @@ With world size ``W`` (Lightning's ``ddp`` strategy, ``torchrun``, SLURM), every
 cohort, trains only its share (:meth:`CohortSharding.assign`: largest ``tau_k`` first onto the
 least-loaded rank) and the shares are all-gathered back into cohort order
 (:meth:`CohortSharding.gather`), so every rank holds the identical :class:`CohortUpdate` and, after
-the same aggregation, the identical ``w^{t+1}`` and server state (SPEC section 10). Client
+the same aggregation, the identical ``w^{t+1}`` and server state. Client
 randomness is a function of ``(seed, round, client)``, never of the rank, so with the sequential
 engine the global model is bitwise the one of a single process.
 

@@ -1,4 +1,4 @@
-"""One communication round, flat (SPEC 1) or three-layer (SPEC 6), and every round hook's dispatch.
+"""One communication round, flat or three-layer (Tempo), and every round hook's dispatch.
 
 :class:`RoundRunner` is the only place that calls the federated callbacks' round hooks
 (``on_federation_setup``, ``on_round_start``, ``aggregate``, ``on_round_end``,

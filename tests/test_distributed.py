@@ -1,4 +1,4 @@
-"""Many processes give the single-process model (SPEC section 10), checked with 2 gloo processes.
+"""Many processes give the single-process model, checked with 2 gloo processes.
 
 One ``torchrun --nproc-per-node 2`` run trains every algorithm with both engines in one process group
 (tests/distributed/worker.py); each result is compared here with the same case in this process. The
@@ -61,7 +61,7 @@ def test_two_processes_train_the_single_process_model(two_processes, name: str, 
     torch.set_num_threads(1)
     one, two = run_case(name, engine), two_processes[f"{name}/{engine}"]
     exact = engine == "sequential" and not name.endswith("-reduce")
-    if exact:  # all-gather in cohort order: bitwise (SPEC 10)
+    if exact:  # all-gather in cohort order: bitwise
         assert torch.equal(one["weights"], two["weights"])
         # Evaluation is sharded by chunks of samples and gathered: the same fairness metrics.
         assert one["history"] == two["history"]

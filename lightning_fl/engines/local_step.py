@@ -1,7 +1,7 @@
 """The one local-step routine that every client engine runs, with the client hooks in their order.
 
 A local step of the clients in a :class:`~lightning_fl.engines.cohort.LocalTrainingContext` is, in
-this order (SPEC section 1 with the client hooks of :class:`~lightning_fl.engines.hooks.ClientHooks`):
+this order (the round of docs/architecture.md, with the client hooks of :class:`~lightning_fl.engines.hooks.ClientHooks`):
 
 1. gradients of the data loss plus ``local_loss_term`` (e.g. FedProx's proximal term);
 2. under ``16-mixed``, unscale the gradients if a hook will read them;
