@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
-import torch
+import importlib
+import logging
 
-from bench.jobs import build_jobs
-from bench.variants import EngineRunner
+import torch
 
 
 def test_engine_runners_train_a_round_of_j1() -> None:
-    job = build_jobs(quick=True)["J1"]
-    data = job.make_data()
-    for engine in ("sequential", "vectorized"):
-        torch.manual_seed(0)
-        runner = EngineRunner(job, data, torch.device("cpu"), engine)
-        before = runner.layout.flatten(runner.model.state_dict()).clone()
-        runner.round(0, torch.arange(job.clients_per_round))
-        assert not torch.equal(before, runner.layout.flatten(runner.model.state_dict())), engine
+    # bench.variants silences Lightning's loggers when imported (for the benchmark's output); keep
+    # that from reaching the other tests, which read Lightning's log.
+    names = ("pytorch_lightning", "lightning_fabric", "lightning.pytorch", "lightning.fabric")
+    levels = {name: logging.getLogger(name).level for name in names}
+    try:
+        build_jobs = importlib.import_module("bench.jobs").build_jobs
+        engine_runner = importlib.import_module("bench.variants").EngineRunner
+        job = build_jobs(quick=True)["J1"]
+        data = job.make_data()
+        for engine in ("sequential", "vectorized"):
+            torch.manual_seed(0)
+            runner = engine_runner(job, data, torch.device("cpu"), engine)
+            before = runner.layout.flatten(runner.model.state_dict()).clone()
+            runner.round(0, torch.arange(job.clients_per_round))
+            assert not torch.equal(before, runner.layout.flatten(runner.model.state_dict())), engine
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
