@@ -38,12 +38,14 @@ from lightning_fl.round_logger import RoundLogger
 from lightning_fl.rounds import RoundRunner
 from lightning_fl.sampling import SAMPLING_MODES, ClientSampler
 from lightning_fl.seeding import derive_seed
+from lightning_fl.system import SystemHeterogeneity
 from lightning_fl.validation import ConfigError, check_choice, check_positive
 
 SUPPORTED_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 #: Added to ``trainer.callbacks`` when missing: the aggregation (unless the run has one) and the metrics.
 CLIENT_STATE_STORES = ("memory", "disk")
 EXCHANGES = ("gather", "reduce")
+DIVERGENCE_POLICIES = ("stop", "drop")
 DEFAULT_CALLBACKS = ("lightning_fl.callbacks.FedAvg", "lightning_fl.callbacks.FairnessMetrics")
 
 
@@ -91,6 +93,13 @@ class FederatedLoop(LightningModule):
             each rank's clients locally and all-reduces the sums (``d`` values instead of ``K x d``
             moved and held per rank; equal to float rounding), for aggregations that only average the
             clients' weights: FedAvg, FedProx, FedAvgM, FedAdam, FedYogi, FedAdagrad, FedFa, FedFaMo, DWFed.
+        system: Simulated system heterogeneity (:class:`~lightning_fl.system.SystemHeterogeneity`):
+            client availability, dropout, speeds, a round deadline with stragglers dropped or kept with
+            partial work, over-selection, and a simulated clock (``sim/*``, ``clients/*`` scalars).
+            ``None`` (default): every sampled client trains all its local steps. Not with ``hierarchy``.
+        on_client_divergence: ``stop`` (default: a client whose loss or weights become NaN/inf stops
+            the run with the round and client named) or ``drop`` (its update is discarded and named in
+            the log, training goes on; a round where every client diverges still stops).
         cpu_threads: Intra-op threads for torch on CPU. ``None`` (auto) uses 1 thread for models under
             one million parameters: their per-step kernels are microseconds long, and a second thread
             makes each step wait on a barrier (10x slower when the machine is busy with other runs).
@@ -124,6 +133,8 @@ class FederatedLoop(LightningModule):
         client_state: str = "memory",
         collective_timeout: float = 300.0,
         exchange: str = "gather",
+        system: SystemHeterogeneity | None = None,
+        on_client_divergence: str = "stop",
     ) -> None:
         super().__init__()
         if not isinstance(client, ClientModule):
@@ -161,6 +172,12 @@ class FederatedLoop(LightningModule):
         check_positive("collective_timeout", collective_timeout)
         check_choice("exchange", exchange, EXCHANGES)
         self.exchange = exchange
+        check_choice("on_client_divergence", on_client_divergence, DIVERGENCE_POLICIES)
+        if system is not None and hierarchy is not None:
+            raise ConfigError("model.system cannot be combined with model.hierarchy (every client of every institution"
+                              " trains each round there); remove one of them")
+        self.system = system
+        self.on_client_divergence = on_client_divergence
         self.collective_timeout = float(collective_timeout)
         self.rounds_completed = 0
         self.last_evaluation: ClientEvaluation | None = None
@@ -208,6 +225,9 @@ class FederatedLoop(LightningModule):
         self.sampler = ClientSampler(data.num_clients, cohort, self.sampling, self.seed, data.train_sizes())
         self.store = ClientStateStore(data.num_clients, self.keep_client_optimizer_state, self._client_state_dir())
         self.layout = FlatStateLayout(self.model.state_dict())
+        if self.system is not None:
+            self.system.setup(data.num_clients, self.seed, self.local_epochs, self.batch_size, data.train_sizes(),
+                              model_bytes=self.layout.numel * 4)
         plan = LocalTrainingPlan(self.optimizer_factory, self.local_epochs, self.batch_size, self.seed,
                                  self.client_lr, precision, self.max_parallel_clients)
         self.engine: ClientEngine = build_engine(self.engine_name, plan, self.model, self.trainer.strategy.root_device)
@@ -225,7 +245,8 @@ class FederatedLoop(LightningModule):
             aggregation=type(aggregator).__name__, device=self.trainer.strategy.root_device,
         )
         self.rounds = RoundRunner(self.model, self.engine, self.sampler, self.store, self.hierarchy, self.federation,
-                                  callbacks, self.sharding, reduce=self.exchange == "reduce")
+                                  callbacks, self.sharding, reduce=self.exchange == "reduce", system=self.system,
+                                  on_client_divergence=self.on_client_divergence)
         self.rounds.setup_callbacks(training=stage == "fit", make_rows=self._row_store_factory())
 
     def _sharding(self) -> CohortSharding:
@@ -290,6 +311,9 @@ class FederatedLoop(LightningModule):
         result = self.rounds.run(round_idx, log)
         self._count_server_step()
         self.rounds_completed = round_idx + 1
+        if result is None:  # an empty round (model.system): nothing trained, nothing to aggregate
+            log.log_scalars({"round/seconds": time.perf_counter() - started, "round/clients": 0.0})
+            return
         update = result.update
         weights = update.num_samples.double() / update.num_samples.sum()
         log.log_scalars({
@@ -359,6 +383,7 @@ class FederatedLoop(LightningModule):
             "sampler": self.sampler.state_dict(),
             "clients": self.store.state_dict(),
             "hierarchy": None if self.hierarchy is None else self.hierarchy.state_dict(),
+            "system": None if self.system is None else self.system.state_dict(),
         }
 
     @override
@@ -371,6 +396,11 @@ class FederatedLoop(LightningModule):
             raise ConfigError("model.hierarchy must be set exactly when the checkpoint was written with one")
         if self.hierarchy is not None:
             self.hierarchy.load_state_dict(state["hierarchy"])
+        if (state.get("system") is None) != (self.system is None):
+            raise ConfigError("model.system must be set exactly when the checkpoint was written with one (its"
+                              " simulated clients and clock cannot be resumed otherwise)")
+        if self.system is not None:
+            self.system.load_state_dict(state["system"])
 
 
 def _probe_optimizer(optimizer: OptimizerCallable) -> tuple[float, float]:

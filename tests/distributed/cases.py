@@ -19,8 +19,11 @@ from lightning_fl import callbacks as cb
 from lightning_fl.hierarchy import Hierarchy
 from lightning_fl.loop import FederatedLoop
 from lightning_fl.models import LogisticRegression
+from lightning_fl.system import SystemHeterogeneity
 
 ROUNDS = 3
+SYSTEM = {"dropout": 0.3, "speed_mean": 3.0, "speed_sigma": 1.0, "deadline": 3.0, "stragglers": "partial",
+          "over_selection": 0.5}
 
 
 def _sgd(params):
@@ -58,6 +61,11 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     "FedAdam-reduce": ([cb.FedAdam(lr=0.05)], {"exchange": "reduce"}),
     "FedFa-reduce": ([cb.FedFa()], {"optimizer": _momentum, "exchange": "reduce"}),
     "DWFed-reduce": ([cb.DWFed()], {"exchange": "reduce"}),
+    # model.system: dropout, partial stragglers and over-selection decided the same on every rank
+    "Scaffold-system": ([cb.Scaffold()], {"system": SystemHeterogeneity(**SYSTEM)}),
+    "KeptMomentum-system": ([cb.FedAvg()], {"optimizer": _momentum, "keep_client_optimizer_state": True,
+                                            "system": SystemHeterogeneity(**SYSTEM)}),
+    "FedAvg-system-reduce": ([cb.FedAvg()], {"exchange": "reduce", "system": SystemHeterogeneity(**SYSTEM)}),
 }
 
 

@@ -6,13 +6,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning_fl.callbacks.communication_cost import (
-    estimate_round_seconds,
-    transfer_seconds,
-)
+from lightning_fl.callbacks.communication_cost import estimate_round_seconds
 from lightning_fl.callbacks.fedavg import FedAvg
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from lightning_fl.functional.system import transfer_seconds
 from lightning_fl.hierarchy import assign_clients
 from lightning_fl.rounds import RoundTraffic
 from lightning_fl.validation import ConfigError
