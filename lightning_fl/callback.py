@@ -90,7 +90,7 @@ class AggregationCallback(FederatedCallback):
         """Warn (once per kind) that a weight normalisation fell back to uniform weights (SPEC 1)."""
         if what not in self._warned:
             self._warned.add(what)
-            rank_zero_warn(f"round {round_idx}: {type(self).__name__} {what} summed to 0/NaN/inf;"
+            rank_zero_warn(f"round {round_idx + 1}: {type(self).__name__} {what} summed to 0/NaN/inf;"
                            " using uniform weights over the cohort (warned once)")
 
     def warn_once(self, what: str, message: str) -> None:

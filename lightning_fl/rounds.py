@@ -138,7 +138,7 @@ class RoundRunner:
             new_w = self.aggregator.aggregate(round_idx, global_w, update, self.federation, log)
             if not bool(torch.isfinite(new_w).all()):
                 raise DivergenceError(
-                    f"round {round_idx}: {type(self.aggregator).__name__} produced non-finite global weights from"
+                    f"round {round_idx + 1}: {type(self.aggregator).__name__} produced non-finite global weights from"
                     f" clients {update.client_ids.tolist()}; stopping before the global model or any checkpoint"
                     " is overwritten")
             layout.load_into(new_w, state)
@@ -171,16 +171,16 @@ class RoundRunner:
         if self.on_client_divergence == "stop":
             client_id, what = bad[0]
             raise DivergenceError(
-                f"round {round_idx}: client {client_id}{where} diverged ({what}); stopping before aggregation, so"
+                f"round {round_idx + 1}: client {client_id}{where} diverged ({what}); stopping before aggregation, so"
                 " the global model and saved checkpoints are untouched (lower the client lr, or set"
                 " model.on_client_divergence: drop to discard diverged clients)")
         named = ", ".join(f"{k} ({what})" for k, what in bad)
         if len(bad) == update.cohort_size:
             raise DivergenceError(
-                f"round {round_idx}: every client{where} diverged ({named}); stopping before aggregation, so the"
+                f"round {round_idx + 1}: every client{where} diverged ({named}); stopping before aggregation, so the"
                 " global model and saved checkpoints are untouched (lower the client lr?)")
         self._diverged += len(bad)
-        message = f"round {round_idx}: discarded the updates of diverged clients {named}{where}"
+        message = f"round {round_idx + 1}: discarded the updates of diverged clients {named}{where}"
         rank_zero_warn(message)
         log.log_text("clients/diverged_names", message)
         return update.select(~torch.isin(update.client_ids, torch.tensor([k for k, _ in bad])))
@@ -205,7 +205,7 @@ class RoundRunner:
                                          loss_before=loss_before, num_steps=None if budget is None else budget[mine])
         kept = self.store.keep_optimizer_state
         return self.sharding.gather(
-            local, shards, client_ids, what=f"round {round_idx}", reduce=self.reduce and self.hierarchy is None,
+            local, shards, client_ids, what=f"round {round_idx + 1}", reduce=self.reduce and self.hierarchy is None,
             kept_states=(lambda ids: {k: self.store.optimizer_state(k) for k in ids}) if kept else None,
             keep_state=self.store.save_optimizer_state if kept else None)
 
@@ -220,7 +220,7 @@ class RoundRunner:
             log.log_scalars({**fates.metrics(), "sim/round_seconds": fates.round_seconds,
                              "sim/elapsed_seconds": self.system.elapsed_seconds})
             if fates.empty:
-                log.log_text("clients/empty_round", f"round {round_idx}: no client reported ({fates.num_available}"
+                log.log_text("clients/empty_round", f"round {round_idx + 1}: no client reported ({fates.num_available}"
                              f" online, {len(fates.sampled)} sampled, {len(fates.dropped)} dropped out,"
                              f" {len(fates.stragglers)} stragglers); the global model is unchanged")
                 return None

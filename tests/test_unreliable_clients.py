@@ -137,7 +137,7 @@ def test_defaults_reproduce_the_run_without_a_system_model() -> None:
 
 def test_diverged_clients_are_dropped_and_named() -> None:
     recorder = Recorder()
-    with pytest.warns(UserWarning, match=r"round 1: discarded the updates of diverged clients \d"):
+    with pytest.warns(UserWarning, match=r"round 2: discarded the updates of diverged clients \d"):
         loop = _fit([FedAvg(), Poison([0, 1, 2]), recorder], rounds=3, on_client_divergence="drop")
     for started, aggregated in zip(recorder.started[1:], recorder.aggregated[1:]):
         assert aggregated == [k for k in started if k not in (0, 1, 2)]
@@ -146,10 +146,10 @@ def test_diverged_clients_are_dropped_and_named() -> None:
 
 
 def test_divergence_stops_by_default_naming_round_and_client() -> None:
-    with pytest.raises(DivergenceError, match=r"round 1: client \d+ diverged .*on_client_divergence: drop"):
+    with pytest.raises(DivergenceError, match=r"round 2: client \d+ diverged .*on_client_divergence: drop"):
         _fit([FedAvg(), Poison(list(range(10)))], rounds=3)
 
 
 def test_a_round_where_every_client_diverges_stops() -> None:
-    with pytest.raises(DivergenceError, match=r"round 1: every client diverged"):
+    with pytest.raises(DivergenceError, match=r"round 2: every client diverged"):
         _fit([FedAvg(), Poison(list(range(10)))], rounds=3, on_client_divergence="drop")
