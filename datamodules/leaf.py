@@ -127,6 +127,12 @@ def _to_labels(labels: list, what: str) -> Tensor:
         if any(len(s) != 1 for s in labels):
             raise CorruptDataError(f"{what}: string labels must be single characters")
         return torch.from_numpy(encode_text("".join(labels)).astype(np.int64))
+    values = np.asarray(labels)
+    if values.dtype.kind == "f":  # np.int64 would truncate 0.7 to class 0 without a word
+        whole = np.isfinite(values) & (values == np.round(values))
+        if not whole.all():
+            bad = int(np.flatnonzero(~whole)[0])
+            raise CorruptDataError(f"{what}: labels must be whole numbers (class indices); sample {bad} has {values[bad].item()!r}")
     try:
         return torch.as_tensor(np.asarray(labels, dtype=np.int64))
     except (ValueError, TypeError) as err:

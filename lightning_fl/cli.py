@@ -11,7 +11,7 @@ from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.datamodules.partitions.config_errors import partition_config_error
 from lightning_fl.distributed import RankFailure
-from lightning_fl.loop import FederatedLoop, check_strategy
+from lightning_fl.loop import FederatedLoop, check_precision, check_strategy
 from lightning_fl.validation import ConfigError, DivergenceError
 
 # One "batch" (a round ticket) per epoch by design: no workers needed, nothing to log per batch.
@@ -61,7 +61,9 @@ class FederatedCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
-        check_strategy(config.get("trainer", {}).get("strategy", "auto"))
+        trainer = config.get("trainer", {})
+        check_strategy(trainer.get("strategy", "auto"))
+        check_precision(trainer.get("precision"), trainer.get("accelerator", "auto"))
 
 
 def _root_cause(err: BaseException, kind: type[BaseException]) -> BaseException | None:

@@ -217,6 +217,7 @@ class FederatedLoop(LightningModule):
         check_choice("trainer.precision", precision, SUPPORTED_PRECISIONS)
         if precision == "16-mixed" and self.trainer.strategy.root_device.type != "cuda":
             raise ConfigError("trainer.precision 16-mixed needs a GPU; use bf16-mixed or 32-true on CPU")
+        check_finite_inputs(data)
         self.data = data.to(self.trainer.strategy.root_device)
         self._set_cpu_threads()
         if self.hierarchy is not None:
@@ -401,6 +402,32 @@ class FederatedLoop(LightningModule):
                               " simulated clients and clock cannot be resumed otherwise)")
         if self.system is not None:
             self.system.load_state_dict(state["system"])
+
+
+def check_finite_inputs(data: Any) -> None:
+    """One-line ``ConfigError`` naming the first client whose inputs hold NaN or inf.
+
+    Checked once before training, so a NaN that comes from the data is reported as such instead of
+    surfacing rounds later as a "diverged" client whose learning rate looks to blame.
+    """
+    for split, x, offsets in (("training", data.x_train, data.train_offsets), ("test", data.x_test, data.test_offsets)):
+        if not x.is_floating_point():
+            continue
+        bad = (~torch.isfinite(x.reshape(len(x), -1))).any(1).nonzero().flatten()
+        if len(bad):
+            row = int(bad[0])
+            client = int(torch.searchsorted(offsets, torch.tensor([row], device=offsets.device), right=True)[0]) - 1
+            raise ConfigError(f"data: the {split} inputs of client {client} contain NaN or inf (sample"
+                              f" {row - int(offsets[client])} of its {split} split, {len(bad)} samples in all);"
+                              " clean the data before training")
+
+
+def check_precision(precision: Any, accelerator: Any) -> None:
+    """``16-mixed`` without a GPU is an error: Lightning would silently train in ``bf16-mixed`` instead."""
+    if str(precision) in ("16-mixed", "16") and (
+            str(accelerator) == "cpu" or (str(accelerator) in ("auto", "None") and not torch.cuda.is_available())):
+        raise ConfigError("trainer.precision 16-mixed needs a GPU (on CPU Lightning would switch to bf16-mixed"
+                          " without asking); use bf16-mixed or 32-true on CPU")
 
 
 def _probe_optimizer(optimizer: OptimizerCallable) -> tuple[float, float]:
