@@ -174,6 +174,8 @@ class CIFAR10DataModule(TrainTestPoolDataModule):
         verify_checksums: Check size and md5 of the archive or batches.
         seed: Seed of subsample, partition, test deal and train/test split.
         test_fraction: Per-client test fraction with ``test_set: pooled``.
+        val_fraction: Fraction of each client's training samples (its share of the official training
+            file with ``test_set: official``) moved to its validation split; ``0``: none.
 
     Raises:
         DataNotFoundError: At setup, when neither archive nor folder exists.
@@ -196,10 +198,12 @@ class CIFAR10DataModule(TrainTestPoolDataModule):
         verify_checksums: bool = True,
         seed: int = 0,
         test_fraction: float = 0.2,
+        val_fraction: float = 0.1,
     ) -> None:
         super().__init__(
             test_set=test_set, normalize=normalize, flatten=flatten, subsample=subsample,
             partition=partition, num_clients=num_clients, num_classes=10, seed=seed, test_fraction=test_fraction,
+            val_fraction=val_fraction,
         )
         self.data_dir = data_dir
         self.download = bool(download)

@@ -28,6 +28,7 @@ class DigitsDataModule(PooledDataModule):
         flatten: Flatten each image to 64 features.
         seed: Seed of the partition and of the train/test split.
         test_fraction: Fraction of each client's samples held out for testing, in ``[0, 1)``.
+        val_fraction: Fraction of each client's training samples moved to its validation split, in ``[0, 1)``; ``0``: none (the papers' exact training sets).
 
     Raises:
         ConfigError: For a ``partition`` that is not a Partition or an out-of-range value (one line
@@ -56,9 +57,10 @@ class DigitsDataModule(PooledDataModule):
         flatten: bool = True,
         seed: int = 0,
         test_fraction: float = 0.2,
+        val_fraction: float = 0.1,
     ) -> None:
         super().__init__(partition=partition, num_clients=num_clients, num_classes=10, seed=seed,
-                         test_fraction=test_fraction)
+                         test_fraction=test_fraction, val_fraction=val_fraction)
         self.flatten = bool(flatten)
 
     @override

@@ -158,6 +158,7 @@ class LeafDataModule(FederatedDataModule):
         max_clients: Keep a seeded random subset of this many users (after ``min_samples``).
         seed: Seed of the user subset and of the per-user split.
         test_fraction: Per-user test fraction when there is no test folder.
+        val_fraction: Fraction of each client's training samples moved to its validation split, in ``[0, 1)``; ``0``: none (the papers' exact training sets).
 
     Raises:
         DataNotFoundError: At setup, when ``<data_dir>/<train_dir>`` has no JSON file.
@@ -182,8 +183,9 @@ class LeafDataModule(FederatedDataModule):
         max_clients: int | None = None,
         seed: int = 0,
         test_fraction: float = 0.2,
+        val_fraction: float = 0.1,
     ) -> None:
-        super().__init__(seed=seed, test_fraction=test_fraction)
+        super().__init__(seed=seed, test_fraction=test_fraction, val_fraction=val_fraction)
         check_positive("min_samples", min_samples, integer=True)
         if max_clients is not None:
             check_positive("max_clients", max_clients, integer=True)

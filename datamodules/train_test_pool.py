@@ -7,7 +7,7 @@ from two files (train and test) and which offers two ways to give clients test d
 * ``official`` (default): the **official training set** is partitioned among the clients (all of a
   client's share is for training) and the **official test set** is dealt to the clients class by
   class, in proportion to each client's training label counts (:func:`deal_by_label`). Every test
-  sample goes to exactly one client, so ``val/acc_pooled`` is the accuracy on the official test set,
+  sample goes to exactly one client, so ``test/acc_pooled`` is the accuracy on the official test set,
   the number DWFed, IGFL and Tempo report, while each client's test labels follow its own training
   distribution (which is what the per-client fairness metrics need).
 * ``pooled``: train and test files are pooled, partitioned, and every client's share is split
@@ -108,8 +108,10 @@ class TrainTestPoolDataModule(PooledDataModule):
         flatten: Flatten every image to a vector (logistic regression / MLP clients).
         subsample: Fraction of each file kept (class-stratified, seeded by ``seed``), in ``(0, 1]``.
         **kwargs: :class:`~lightning_fl.datamodules.pooled.PooledDataModule` options (``partition``,
-            ``num_clients``, ``num_classes``, ``seed``, ``test_fraction``). ``test_fraction`` only
-            applies to ``test_set: pooled``.
+            ``num_clients``, ``num_classes``, ``seed``, ``test_fraction``, ``val_fraction``).
+            ``test_fraction`` only applies to ``test_set: pooled``; ``val_fraction`` takes the
+            validation split from each client's training share in both modes (with ``official``, from
+            the official training file, so the official test set stays whole).
 
     Raises:
         ConfigError: For an unknown ``test_set`` or a ``subsample`` outside ``(0, 1]``.

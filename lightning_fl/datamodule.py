@@ -19,10 +19,10 @@ from matplotlib.figure import Figure
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from lightning_fl.data import FederatedData, offsets_from_sizes  # noqa: F401 (used by the Example)
+from lightning_fl.data import FederatedData, offsets_from_sizes, split_validation  # noqa: F401 (the Example uses it)
 from lightning_fl.functional.label_stats import emd_to_population
 from lightning_fl.reporting.partition_figure import label_distribution_figure
-from lightning_fl.validation import ConfigError, check_test_fraction
+from lightning_fl.validation import ConfigError, check_test_fraction, check_val_fraction
 
 __all__ = ["FederatedDataModule"]
 
@@ -38,9 +38,16 @@ class FederatedDataModule(pl.LightningDataModule, ABC):
     Args:
         seed: Seed of the data generation / partition / train-test split.
         test_fraction: Fraction of each client's samples held out for testing, in ``[0, 1)``.
+        val_fraction: Fraction of each client's *training* samples moved to its validation split, in
+            ``[0, 1)`` (default 0.1). The test split (or the data set's official test set) is not
+            touched. Client ``k`` gives ``round(val_fraction * n_k)`` samples (at most ``n_k - 1``: it
+            keeps at least one training sample), chosen by a permutation that depends only on ``seed``
+            and ``k`` (:func:`~lightning_fl.data.split_validation`). ``0`` keeps the papers' exact
+            training sets; then no ``val/*`` metric is logged.
 
     Raises:
-        ConfigError: If ``test_fraction`` is outside ``[0, 1)`` or ``seed`` is not an integer.
+        ConfigError: If ``test_fraction`` or ``val_fraction`` is outside ``[0, 1)`` or ``seed`` is not an
+            integer.
 
     Example:
         >>> class Two(FederatedDataModule):
@@ -48,24 +55,28 @@ class FederatedDataModule(pl.LightningDataModule, ABC):
         ...         x, y = torch.randn(8, 2), torch.tensor([0, 1] * 4)
         ...         return FederatedData(x[:6], y[:6], offsets_from_sizes([3, 3]), x[6:], y[6:],
         ...                              offsets_from_sizes([1, 1]), num_classes=2)
-        >>> dm = Two(seed=1)
+        >>> dm = Two(seed=1, val_fraction=0.4)
         >>> dm.setup()
-        >>> dm.num_clients, dm.label_histograms().sum().item()
-        (2, 6)
+        >>> dm.num_clients, dm.label_histograms().sum().item(), dm.data.val_sizes().tolist()
+        (2, 4, [1, 1])
     """
 
-    def __init__(self, seed: int = 0, test_fraction: float = 0.2) -> None:
+    def __init__(self, seed: int = 0, test_fraction: float = 0.2, val_fraction: float = 0.1) -> None:
         super().__init__()
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ConfigError(f"seed must be an integer; got {seed!r}")
         check_test_fraction(test_fraction)
+        check_val_fraction(val_fraction)
         self.seed = seed
         self.test_fraction = float(test_fraction)
+        self.val_fraction = float(val_fraction)
         self._data: FederatedData | None = None
 
     @abstractmethod
     def build_data(self) -> FederatedData:
-        """Build every client's train/test split (called once, by :meth:`setup`)."""
+        """Build every client's train/test split (called once, by :meth:`setup`, which then moves
+        ``val_fraction`` of every client's training samples to its validation split, unless the
+        returned data already has one)."""
 
     def setup(self, stage: str | None = None) -> None:
         """Build ``self.data`` on the first call; later calls (any stage) do nothing."""
@@ -74,7 +85,7 @@ class FederatedDataModule(pl.LightningDataModule, ABC):
             if not isinstance(data, FederatedData):
                 name = type(self).__name__
                 raise TypeError(f"{name}.build_data must return FederatedData; got {type(data).__name__}")
-            self._data = data
+            self._data = split_validation(data, self.val_fraction, self.seed)
 
     @property
     def data(self) -> FederatedData:
@@ -134,6 +145,7 @@ class FederatedDataModule(pl.LightningDataModule, ABC):
             "train_size_median": float(np.median(sizes)),
             "train_size_max": int(sizes.max()),
             "train_samples": int(sizes.sum()),
+            "val_samples": int(self.data.val_sizes().sum()),
             "test_samples": int(self.data.test_sizes().sum()),
             "mean_emd": float(self.emd_to_population().mean()),
         }

@@ -52,3 +52,9 @@ def check_test_fraction(test_fraction: float) -> None:
     """Raise ``ConfigError`` unless ``0 <= test_fraction < 1``."""
     if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 <= test_fraction < 1:
         raise ConfigError(f"test_fraction must be a number in [0, 1); got {test_fraction!r}")
+
+
+def check_val_fraction(val_fraction: float) -> None:
+    """Raise ``ConfigError`` unless ``0 <= val_fraction < 1``."""
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0 <= val_fraction < 1:
+        raise ConfigError(f"val_fraction must be a number in [0, 1) (0: no validation split); got {val_fraction!r}")

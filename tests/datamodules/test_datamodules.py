@@ -131,9 +131,10 @@ def test_pooled_clients_are_disjoint_and_cover(partition):
     dm = PooledDataModule(x, y, partition=partition, num_clients=8, seed=3)
     dm.setup()
     data = dm.data
-    rows = torch.cat([data.x_train[:, 0], data.x_test[:, 0]]).long()
+    rows = torch.cat([data.x_train[:, 0], data.x_val[:, 0], data.x_test[:, 0]]).long()
     assert torch.equal(rows.sort().values, torch.arange(400))
     assert torch.equal(data.y_train, y[data.x_train[:, 0].long()])
+    assert torch.equal(data.y_val, y[data.x_val[:, 0].long()])
     assert torch.equal(data.y_test, y[data.x_test[:, 0].long()])
     assert dm.num_clients == 8 and dm.num_classes == 5
     assert dm.label_histograms().sum() == len(data.y_train)
@@ -147,7 +148,7 @@ def test_pooled_partition_does_not_depend_on_test_fraction():
                               test_fraction=test_fraction)
         dm.setup()
         d = dm.data
-        return [set(torch.cat([d.client_train(k)[0], d.client_test(k)[0]])[:, 0].long().tolist())
+        return [set(torch.cat([d.client_train(k)[0], d.client_val(k)[0], d.client_test(k)[0]])[:, 0].long().tolist())
                 for k in range(d.num_clients)]
 
     assert client_sets(0.2) == client_sets(0.5)
@@ -217,7 +218,7 @@ def test_digits_flat_and_image_shapes():
     flat = DigitsDataModule(num_clients=20)
     flat.setup()
     assert flat.input_shape == (64,) and flat.num_clients == 20 and flat.num_classes == 10
-    assert len(flat.data.y_train) + len(flat.data.y_test) == 1797
+    assert len(flat.data.y_train) + len(flat.data.y_val) + len(flat.data.y_test) == 1797
     assert float(flat.data.x_train.min()) >= 0.0 and float(flat.data.x_train.max()) == 1.0
     image = DigitsDataModule(num_clients=20, flatten=False)
     image.setup()

@@ -47,12 +47,14 @@ def test_yaml_partition_equals_direct_construction(tmp_path, name, init_args, di
     dm.setup()
     built = DigitsDataModule(num_clients=12, seed=5, partition=direct)
     built.setup()
-    for field in ("x_train", "y_train", "train_offsets", "x_test", "y_test", "test_offsets"):
+    for field in ("x_train", "y_train", "train_offsets", "x_val", "y_val", "val_offsets", "x_test", "y_test",
+                  "test_offsets"):
         assert torch.equal(getattr(dm.data, field), getattr(built.data, field)), field
     # and both are the partition drawn by hand from the datamodule's partition stream
     labels = torch.from_numpy(__import__("sklearn.datasets", fromlist=["load_digits"]).load_digits().target).long()
     clients = direct(labels, 12, generator_for(5, "partition"))
-    assert [len(c) for c in clients] == [int(tr + te) for tr, te in zip(dm.data.train_sizes(), dm.data.test_sizes())]
+    assert [len(c) for c in clients] == [int(tr + te) for tr, te in zip(dm.data.train_sizes() + dm.data.val_sizes(),
+                                                                           dm.data.test_sizes())]
 
 
 def test_print_config_shows_the_partition_and_reads_back(tmp_path):

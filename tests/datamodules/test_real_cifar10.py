@@ -52,7 +52,8 @@ def test_datamodule_on_tiny_archive_and_extracted_folder(archive, tmp_path):
     dm = CIFAR10DataModule(data_dir=str(archive.parent), num_clients=4, verify_checksums=False, normalize=False)
     dm.setup()
     assert dm.input_shape == (3, 32, 32) and dm.num_clients == 4 and dm.class_names == NAMES
-    assert int(dm.data.train_sizes().sum()) == 100 and int(dm.data.test_sizes().sum()) == 20
+    assert int((dm.data.train_sizes() + dm.data.val_sizes()).sum()) == 100 and int(dm.data.test_sizes().sum()) == 20
+    assert int(dm.data.val_sizes().sum()) == 4 * round(0.1 * 25)  # 25 training images per client (IID)
     assert torch.allclose(dm.data.x_train[:, 0, 0, 0] * 255, dm.data.y_train.float())
     extracted = tmp_path / "other" / "cifar10"
     extracted.mkdir(parents=True)

@@ -103,7 +103,7 @@ def test_mnist_datamodule_reads_tiny_idx_files(tmp_path, gz):
     assert dm.input_shape == (1, 28, 28) and dm.num_classes == 10 and dm.num_clients == 5
     assert dm.data.x_train.dtype == torch.float32
     # official test set: all 200 train images partitioned, all 50 test images dealt to clients by label
-    assert int(dm.data.train_sizes().sum()) == 200 and int(dm.data.test_sizes().sum()) == 50
+    assert int((dm.data.train_sizes() + dm.data.val_sizes()).sum()) == 200 and int(dm.data.test_sizes().sum()) == 50
     train_classes = dm.label_histograms() > 0
     test_hist = dm.data.label_histograms("test")
     assert bool((test_hist[~train_classes] == 0).all())  # no client is tested on a class it never trains on
@@ -119,10 +119,10 @@ def test_flatten_normalize_subsample_and_pooled(tmp_path):
     dm.setup()
     assert dm.input_shape == (784,)
     assert float(dm.data.x_train.min()) >= 0.0 and float(dm.data.x_train.max()) <= 1.0
-    assert int(dm.data.train_sizes().sum()) == 200 and int(dm.data.test_sizes().sum()) == 50  # 250 pooled, 80/20
+    assert int((dm.data.train_sizes() + dm.data.val_sizes()).sum()) == 200 and int(dm.data.test_sizes().sum()) == 50  # 250 pooled, 80/20
     sub = FashionMNISTDataModule(**common, subsample=0.4)
     sub.setup()
-    assert int(sub.data.train_sizes().sum()) == 80 and int(sub.data.test_sizes().sum()) == 20
+    assert int((sub.data.train_sizes() + sub.data.val_sizes()).sum()) == 80 and int(sub.data.test_sizes().sum()) == 20
     again = FashionMNISTDataModule(**common, subsample=0.4)
     again.setup()
     assert torch.equal(sub.data.x_train, again.data.x_train) and torch.equal(sub.data.y_test, again.data.y_test)

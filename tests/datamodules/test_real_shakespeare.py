@@ -124,7 +124,7 @@ def test_datamodule_on_a_small_play(texts_dir):
     dm.setup()
     assert dm.clients == ["TESTUS_TEST", "TESTUS_FIDELIA", "TESTUS_MESSENGER"]
     assert dm.num_classes == 80 and dm.input_shape == (80,) and dm.data.x_train.dtype == torch.uint8
-    sizes = (dm.data.train_sizes() + dm.data.test_sizes()).tolist()
+    sizes = (dm.data.train_sizes() + dm.data.val_sizes() + dm.data.test_sizes()).tolist()
     roles = parse_play(PLAY)
     assert sizes == [sum(len(line) + 1 for line in roles[r]) for r in ("TEST", "FIDELIA", "MESSENGER")]
     assert dm.data.test_sizes().tolist() == [round(0.25 * n) for n in sizes]
@@ -132,7 +132,7 @@ def test_datamodule_on_a_small_play(texts_dir):
                                    max_clients=2, min_samples=30)
     capped.setup()
     assert capped.clients == ["TESTUS_TEST", "TESTUS_FIDELIA"]
-    assert (capped.data.train_sizes() + capped.data.test_sizes()).tolist() == [20, 20]
+    assert (capped.data.train_sizes() + capped.data.val_sizes() + capped.data.test_sizes()).tolist() == [20, 20]
 
 
 def test_missing_and_corrupt_texts(texts_dir, tmp_path):

@@ -141,7 +141,10 @@ def test_datamodule_splits_every_user_80_20():
     # round(0.2 * n_k) test samples, the rest train (n_k >= 50, so both splits are non-empty)
     expected_test = np.round(0.2 * sizes).astype(int)
     np.testing.assert_array_equal(dm.data.test_sizes().numpy(), expected_test)
-    np.testing.assert_array_equal(dm.data.train_sizes().numpy(), sizes - expected_test)
+    # then round(0.1 * n_train) of the rest go to validation (val_fraction's default)
+    expected_val = np.round(0.1 * (sizes - expected_test)).astype(int)
+    np.testing.assert_array_equal(dm.data.val_sizes().numpy(), expected_val)
+    np.testing.assert_array_equal(dm.data.train_sizes().numpy(), sizes - expected_test - expected_val)
     assert (dm.num_clients, dm.num_classes, dm.input_shape) == (30, 10, (60,))
 
 
@@ -150,8 +153,8 @@ def test_datamodule_clients_are_the_generator_users():
     dm.setup()
     users = generate_synthetic(1.0, 1.0, False, seed=8, max_samples_per_client=120)
     for k, (x, y) in enumerate(users):
-        xk = torch.cat([dm.data.client_train(k)[0], dm.data.client_test(k)[0]])
-        yk = torch.cat([dm.data.client_train(k)[1], dm.data.client_test(k)[1]])
+        xk = torch.cat([dm.data.client_train(k)[0], dm.data.client_val(k)[0], dm.data.client_test(k)[0]])
+        yk = torch.cat([dm.data.client_train(k)[1], dm.data.client_val(k)[1], dm.data.client_test(k)[1]])
         # same multiset of rows: sort rows by their first feature
         order_a, order_b = xk[:, 0].argsort(), x[:, 0].argsort()
         assert torch.equal(xk[order_a], x[order_b]) and torch.equal(yk[order_a], y[order_b])
