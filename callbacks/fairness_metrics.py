@@ -24,13 +24,17 @@ from lightning_fl.round_logger import RoundLogger
 class FairnessMetrics(FederatedCallback):
     """Logs the distribution of client accuracies each time the global model is evaluated.
 
-    On every evaluation (each ``check_val_every_n_epoch`` rounds, and ``validate``/``test``) it logs
-    ``{stage}/acc_mean``, ``acc_weighted``, ``acc_pooled``, ``acc_worst20``, ``acc_best20``,
-    ``acc_var`` (percent^2, as FedFa Table 2), ``acc_std``, ``acc_min``, ``acc_max`` and ``jain``
-    with the round number as step, plus a TensorBoard histogram of client accuracies. At the end of
+    On every evaluation (each ``check_val_every_n_epoch`` rounds and once more for the final model
+    in ``fit``, and ``validate``/``test``) it logs ``{stage}/acc_mean``, ``acc_weighted``,
+    ``acc_pooled``, ``acc_worst20``, ``acc_best20``, ``acc_var`` (percent^2, as FedFa Table 2),
+    ``acc_std``, ``acc_min``, ``acc_max`` and ``jain`` with the round number as step, plus a
+    TensorBoard histogram of client accuracies; ``stage`` is ``val`` for the clients' validation
+    splits and ``test`` for their test splits (``fit`` evaluates both each time). At the end of
     ``fit`` and ``test`` it prints the FedFa Table 2 summary (Average, Worst 20%, Best 20%,
-    Variance) and saves it as ``fairness_summary.md`` and ``.csv`` in the log directory, with
-    ``fairness_history.csv`` holding every evaluation.
+    Variance) of the last evaluation on the **client test splits**, labelled with its round, and
+    saves it as ``fairness_summary.md`` and ``.csv`` (``fairness_summary_test.*`` after ``test``) in
+    the log directory, with ``fairness_history.csv`` holding every evaluation of both splits (one row
+    per stage and round).
 
     Args:
         histogram_every: Log the accuracy histogram (and a figure of it) every this many evaluations.
@@ -67,32 +71,30 @@ class FairnessMetrics(FederatedCallback):
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._write_summary(trainer, "val")
+        self._write_summary(trainer, "")
 
     @override
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._write_summary(trainer, "test")
+        self._write_summary(trainer, "_test")
 
-    def latest(self, stage: str = "val") -> dict[str, float] | None:
+    def latest(self, stage: str = "test") -> dict[str, float] | None:
         """The most recent metrics of ``stage``, or ``None`` before the first evaluation."""
         rows = [row for row in self.history if row["stage"] == stage]
         return rows[-1] if rows else None
 
-    def _write_summary(self, trainer: pl.Trainer, stage: str) -> None:
-        row = self.latest(stage)
+    def _write_summary(self, trainer: pl.Trainer, suffix: str) -> None:
+        row = self.latest("test")  # the final table reports the clients' test splits
         if row is None:
             return
         name = self.method_name or self._aggregation
         table = fairness_table({name: row})
-        rank_zero_info(f"\nFairness of the global model after {row['round']} rounds ({stage} split of every client):\n"
-                       f"{table}")
+        rank_zero_info(f"\nFairness of the global model after {row['round']} rounds (client test splits):\n{table}")
         log_dir = trainer.log_dir  # a collective with several processes: every rank asks once
         if not log_dir or trainer.global_rank != 0:
             return
         os.makedirs(log_dir, exist_ok=True)
-        suffix = "" if stage == "val" else "_test"
         with open(os.path.join(log_dir, f"fairness_summary{suffix}.md"), "w") as f:
-            f.write(f"Global model after {row['round']} rounds, {stage} split of every client.\n\n{table}")
+            f.write(f"Global model after {row['round']} rounds (client test splits).\n\n{table}")
         with open(os.path.join(log_dir, f"fairness_summary{suffix}.csv"), "w") as f:
             f.write(fairness_csv({name: row}))
         with open(os.path.join(log_dir, "fairness_history.csv"), "w") as f:

@@ -14,7 +14,7 @@ from typing_extensions import override
 
 from lightning_fl.callback import FederatedCallback
 from lightning_fl.round_logger import RoundLogger
-from lightning_fl.validation import check_choice
+from lightning_fl.validation import ConfigError, check_choice
 
 
 class RoundsToTarget(FederatedCallback):
@@ -29,14 +29,21 @@ class RoundsToTarget(FederatedCallback):
     Logs ``target/round``, ``target/seconds`` (and ``target/sim_seconds``) once reached and writes ``rounds_to_target.json`` in
     the log directory at the end of the run.
 
+    The monitor is checked at every evaluation (``val/*`` metrics are computed on the clients'
+    validation splits, so the target does not select on test data) and at the end of every round
+    (``train/*``, ``net/*`` metrics), including the final model's evaluation at the end of ``fit``.
+
     Args:
         monitor: A metric name from the loop or another callback, e.g. ``val/acc_mean``.
-        target: The value to reach.
+        target: The value to reach; for an accuracy monitor (a name containing ``acc``) a fraction in
+            ``[0, 1]``, not a percentage.
         mode: ``max`` (reached when ``value >= target``) or ``min`` (``value <= target``).
         stop: Stop training once reached.
 
     Raises:
-        ConfigError: If ``mode`` is not ``max`` or ``min``.
+        ConfigError: If ``mode`` is not ``max`` or ``min``, ``target`` is not a finite number or is
+            outside ``[0, 1]`` for an accuracy monitor, or (at the first evaluation) ``monitor`` is not
+            a metric the run logs; each a single line naming the field.
 
     Example (YAML)::
 
@@ -46,7 +53,12 @@ class RoundsToTarget(FederatedCallback):
 
     def __init__(self, monitor: str = "val/acc_mean", target: float = 0.8, mode: str = "max",
                  stop: bool = False) -> None:
-        check_choice("mode", mode, ("max", "min"))
+        check_choice("RoundsToTarget.mode", mode, ("max", "min"))
+        if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target):
+            raise ConfigError(f"RoundsToTarget.target must be a finite number; got {target!r}")
+        if "acc" in monitor and not 0 <= target <= 1:
+            raise ConfigError(f"RoundsToTarget.target must be between 0 and 1 for an accuracy monitor ({monitor});"
+                              f" got {target!r}")
         self.monitor, self.target, self.mode, self.stop = monitor, target, mode, stop
         self.add_server_state("reached_round")
         self.add_server_state("reached_seconds")
@@ -66,10 +78,12 @@ class RoundsToTarget(FederatedCallback):
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
-            self._check(trainer, pl_module)
+            self._check(trainer, pl_module, evaluated=True)
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.global_step > 0:  # the final model's evaluation (when its round was not evaluated before)
+            self._check(trainer, pl_module, evaluated=True)
         log_dir = trainer.log_dir  # a collective with several processes: every rank asks once
         if log_dir and trainer.global_rank == 0:  # one file, whatever the number of processes
             os.makedirs(log_dir, exist_ok=True)
@@ -89,8 +103,12 @@ class RoundsToTarget(FederatedCallback):
     def _elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self._session_start
 
-    def _check(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def _check(self, trainer: pl.Trainer, pl_module: pl.LightningModule, evaluated: bool = False) -> None:
         value = trainer.callback_metrics.get(self.monitor)
+        if value is None and evaluated:
+            names = sorted(k for k in trainer.callback_metrics if k.startswith("val/"))
+            raise ConfigError(f"RoundsToTarget.monitor {self.monitor} is not a metric this run logs; the val/* metrics"
+                              f" are {', '.join(names) or 'none (data.val_fraction is 0)'}")
         if self.reached_round is not None or value is None:
             return
         value = float(value)

@@ -46,9 +46,9 @@ def run_one(name: str, config: str, save_dir: Path, extra: list[str]) -> Path:
 
 
 def read_summary(log_dir: Path) -> dict[str, float]:
-    """The final fairness metrics of a run (``fairness_history.csv``'s last validation row)."""
+    """The final fairness metrics of a run (``fairness_history.csv``'s last row of the client test splits)."""
     with open(log_dir / "fairness_history.csv") as f:
-        rows = [row for row in csv.DictReader(f) if row["stage"] == "val"]
+        rows = [row for row in csv.DictReader(f) if row["stage"] == "test"]
     return {key: float(value) for key, value in rows[-1].items() if key != "stage"}
 
 

@@ -87,14 +87,14 @@ def client_train_losses(model: ClientModule, data: FederatedData, client_ids: Te
 
 @dataclass
 class ClientEvaluation:
-    """The global model evaluated on every client's test split.
+    """The global model evaluated on every client's validation or test split.
 
     Attributes:
-        stage: ``"val"`` or ``"test"``.
+        stage: ``"val"`` (the validation splits) or ``"test"`` (the test splits).
         round_number: Rounds completed when the model was evaluated (the logging step).
-        correct: ``(N,)`` correctly classified test samples per client.
-        total: ``(N,)`` test samples per client.
-        loss_sum: ``(N,)`` summed test loss per client.
+        correct: ``(N,)`` correctly classified samples of the split per client.
+        total: ``(N,)`` samples of the split per client.
+        loss_sum: ``(N,)`` summed loss per client.
     """
 
     stage: str

@@ -13,6 +13,7 @@ import torch
 from pytorch_lightning import LightningModule
 from pytorch_lightning.cli import OptimizerCallable
 from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy
+from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
@@ -56,7 +57,10 @@ class FederatedLoop(LightningModule):
     model ``w^t`` (the wrapped ``client`` module), hands the stacked results to the run's one
     aggregation callback, checks the new global weights, and calls the callbacks' round hooks
     (SPEC section 1). ``--trainer.max_epochs`` is the number of rounds; validation evaluates the
-    global model on every client's test split every ``check_val_every_n_epoch`` rounds.
+    global model every ``check_val_every_n_epoch`` rounds on every client's validation split
+    (``val/*``, what monitors such as ``EarlyStopping`` read) and test split (``test/*``, what the
+    final table reports); the final model is evaluated once more at the end of ``fit`` if its round
+    was not one of those. ``validate`` evaluates the validation splits, ``test`` the test splits.
 
     TensorBoard steps are round numbers: values logged at step ``r`` describe the global model after
     ``r`` completed rounds (round index ``t = r - 1`` in the hooks).
@@ -181,6 +185,8 @@ class FederatedLoop(LightningModule):
         self.collective_timeout = float(collective_timeout)
         self.rounds_completed = 0
         self.last_evaluation: ClientEvaluation | None = None
+        self._pending_evaluations: list[ClientEvaluation] = []
+        self._evaluated_round = -1  # the last round whose model was evaluated in this fit
 
     # ------------------------------------------------------------------ set-up
     @override
@@ -218,6 +224,8 @@ class FederatedLoop(LightningModule):
         if precision == "16-mixed" and self.trainer.strategy.root_device.type != "cuda":
             raise ConfigError("trainer.precision 16-mixed needs a GPU; use bf16-mixed or 32-true on CPU")
         check_finite_inputs(data)
+        if not data.has_validation:
+            self._check_without_validation(stage)
         self.data = data.to(self.trainer.strategy.root_device)
         self._set_cpu_threads()
         if self.hierarchy is not None:
@@ -249,6 +257,19 @@ class FederatedLoop(LightningModule):
                                   callbacks, self.sharding, reduce=self.exchange == "reduce", system=self.system,
                                   on_client_divergence=self.on_client_divergence)
         self.rounds.setup_callbacks(training=stage == "fit", make_rows=self._row_store_factory())
+
+    def _check_without_validation(self, stage: str) -> None:
+        """One-line errors for what needs validation splits when ``data.val_fraction`` is 0."""
+        if stage == "validate":
+            raise ConfigError("validate needs the clients' validation splits, but data.val_fraction is 0; set"
+                              " data.val_fraction > 0 (e.g. 0.1), or use test for the test splits")
+        if stage != "fit":
+            return
+        for callback in self.trainer.callbacks:
+            monitor = getattr(callback, "monitor", None)
+            if isinstance(monitor, str) and monitor.startswith("val/"):
+                raise ConfigError(f"{type(callback).__name__}.monitor is {monitor}, but data.val_fraction is 0, so no"
+                                  " val/* metric is logged; set data.val_fraction > 0 (e.g. 0.1) or remove the monitor")
 
     def _sharding(self) -> CohortSharding:
         """The cohort split over the run's processes; one-line errors for strategies that cannot work."""
@@ -328,7 +349,12 @@ class FederatedLoop(LightningModule):
     # ------------------------------------------------------------------ evaluation
     @override
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate("val")
+        if self.trainer.sanity_checking:
+            return
+        # During fit every evaluation round scores both splits: val/* for the monitors, test/* for the
+        # report; `validate` scores the validation splits only.
+        fitting = self.trainer.state.fn == TrainerFn.FITTING
+        self._evaluate(*(("val",) if self.data.has_validation else ()), *(("test",) if fitting else ()))
 
     @override
     def test_step(self, batch: Any, batch_idx: int) -> None:
@@ -343,17 +369,38 @@ class FederatedLoop(LightningModule):
     def on_test_epoch_end(self) -> None:
         self._dispatch_evaluation()
 
-    def _evaluate(self, stage: str) -> None:
-        data = self.data
-        correct, total, loss_sum = evaluate_segments(self.model, data.x_test, data.y_test, data.test_offsets,
-                                                     self.eval_batch_size, self.sharding)
-        self.last_evaluation = ClientEvaluation(stage, self.rounds_completed, correct, total, loss_sum)
+    @override
+    def on_train_end(self) -> None:
+        # The final model is always evaluated: when max_epochs is not a multiple of
+        # check_val_every_n_epoch (or training stopped between evaluations), the last rounds would
+        # otherwise never be scored and the final table would describe an earlier model.
+        if self.rounds_completed > 0 and self._evaluated_round != self.rounds_completed:
+            self._evaluate(*(("val",) if self.data.has_validation else ()), "test")
+            self._dispatch_evaluation(monitor=self._record_metric)
 
-    def _dispatch_evaluation(self) -> None:
-        evaluation = self.last_evaluation
-        log = self.round_logger(evaluation.round_number)
-        log.log_scalars({f"{evaluation.stage}/loss": evaluation.pooled_loss})
-        self.rounds.evaluated(self.rounds_completed - 1, evaluation, log)
+    def _evaluate(self, *stages: str) -> None:
+        """Evaluate the global model on every client's ``stages`` splits (``"val"``, ``"test"``)."""
+        self._pending_evaluations = []
+        for stage in stages:
+            x, y, offsets = self.data.split(stage)
+            correct, total, loss_sum = evaluate_segments(self.model, x, y, offsets, self.eval_batch_size,
+                                                         self.sharding)
+            self._pending_evaluations.append(ClientEvaluation(stage, self.rounds_completed, correct, total, loss_sum))
+
+    def _dispatch_evaluation(self, monitor: Callable[[str, float, bool], None] | None = None) -> None:
+        for evaluation in self._pending_evaluations:
+            log = RoundLogger(self.loggers, evaluation.round_number, monitor or self._monitor)
+            log.log_scalars({f"{evaluation.stage}/loss": evaluation.pooled_loss})
+            self.rounds.evaluated(self.rounds_completed - 1, evaluation, log)
+            self.last_evaluation = evaluation
+        self._pending_evaluations = []
+        if self.trainer.state.fn == TrainerFn.FITTING:
+            self._evaluated_round = self.rounds_completed
+
+    def _record_metric(self, name: str, value: float, prog_bar: bool) -> None:
+        # After the last round Lightning allows no `self.log`; monitors that read the final evaluation
+        # at the end of fit (RoundsToTarget) find it in callback_metrics all the same.
+        self.trainer.callback_metrics[name] = torch.tensor(float(value))
 
     # ------------------------------------------------------------------ logging
     def round_logger(self, step: int) -> RoundLogger:
@@ -410,7 +457,10 @@ def check_finite_inputs(data: Any) -> None:
     Checked once before training, so a NaN that comes from the data is reported as such instead of
     surfacing rounds later as a "diverged" client whose learning rate looks to blame.
     """
-    for split, x, offsets in (("training", data.x_train, data.train_offsets), ("test", data.x_test, data.test_offsets)):
+    splits = [("training", data.x_train, data.train_offsets), ("test", data.x_test, data.test_offsets)]
+    if getattr(data, "has_validation", False):
+        splits.append(("validation", data.x_val, data.val_offsets))
+    for split, x, offsets in splits:
         if not x.is_floating_point():
             continue
         bad = (~torch.isfinite(x.reshape(len(x), -1))).any(1).nonzero().flatten()

@@ -92,7 +92,8 @@ def test_resume_is_exact(tiny, tmp_path, extra):
     assert ckpt_a["global_step"] == ckpt_b["global_step"] == 4  # one server step per round
     assert torch.equal(ckpt_a["federated"]["clients"]["participation"], ckpt_b["federated"]["clients"]["participation"])
     history_a = ckpt_a["callbacks"]["FairnessMetrics"]["server"]["history"]
-    assert history_a == ckpt_b["callbacks"]["FairnessMetrics"]["server"]["history"] and len(history_a) == 2
+    assert history_a == ckpt_b["callbacks"]["FairnessMetrics"]["server"]["history"]
+    assert [(h["stage"], h["round"]) for h in history_a] == [("val", 2), ("test", 2), ("val", 4), ("test", 4)]
 
 
 def test_bf16_mixed_on_cpu_keeps_fp32_global_model(tiny, tmp_path):
