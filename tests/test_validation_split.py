@@ -217,3 +217,19 @@ def test_validate_without_validation_split_is_one_line(tiny, capsys):
     data = {"class_path": "lightning_fl.datamodules.SyntheticDataModule", "init_args": {**TINY_DATA, "val_fraction": 0}}
     assert run_cli("validate", "--config", str(tiny(data=data))) == 2
     assert "validate needs the clients' validation splits, but data.val_fraction is 0" in capsys.readouterr().err
+
+
+def test_final_evaluation_without_a_validation_round_reaches_rounds_to_target(tiny, tmp_path):
+    # 3 rounds, evaluation every 5: Lightning's validation loop never runs; the final model is
+    # evaluated once at the end of fit and RoundsToTarget reads that evaluation (any accuracy >= 0).
+    callbacks = [{"class_path": "lightning_fl.callbacks.FedAvg"},
+                 {"class_path": "lightning_fl.callbacks.RoundsToTarget",
+                  "init_args": {"monitor": "val/acc_mean", "target": 0.0}}]
+    config = tiny(**{"trainer.max_epochs": 3, "trainer.check_val_every_n_epoch": 5, "trainer.callbacks": callbacks})
+    assert run_cli("fit", "--config", str(config)) == 0
+    run = _version_dir(tmp_path)
+    events = _events(run)
+    assert [e.step for e in events.Scalars("val/acc_mean")] == [3]
+    assert [e.step for e in events.Scalars("test/acc_mean")] == [3]
+    assert (run / "fairness_summary.md").read_text().startswith("Global model after 3 rounds (client test splits).")
+    assert '"round": 3' in (run / "rounds_to_target.json").read_text()
