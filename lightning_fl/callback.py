@@ -21,11 +21,12 @@ from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.engines.hooks import ClientHooks
 from lightning_fl.evaluation import ClientEvaluation
 from lightning_fl.federation import Federation
+from lightning_fl.init_args import RecordsInitArgs
 from lightning_fl.round_logger import RoundLogger
 from lightning_fl.round_result import RoundPlan, RoundResult
 
 
-class FederatedCallback(DeclaredState, ClientHooks, Callback):
+class FederatedCallback(RecordsInitArgs, DeclaredState, ClientHooks, Callback):
     """A Lightning ``Callback`` with federated round hooks, client-side hooks and declared state.
 
     Round hooks (below) run on the server between local training and evaluation. Client-side hooks

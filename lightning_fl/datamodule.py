@@ -21,13 +21,14 @@ from torch.utils.data import DataLoader
 
 from lightning_fl.data import FederatedData, offsets_from_sizes  # noqa: F401 (used by the Example)
 from lightning_fl.functional.label_stats import emd_to_population
+from lightning_fl.init_args import RecordsInitArgs
 from lightning_fl.reporting.partition_figure import label_distribution_figure
 from lightning_fl.validation import ConfigError, check_test_fraction
 
 __all__ = ["FederatedDataModule"]
 
 
-class FederatedDataModule(pl.LightningDataModule, ABC):
+class FederatedDataModule(RecordsInitArgs, pl.LightningDataModule, ABC):
     """Base of the federated datamodules: builds ``self.data`` once and hands out round tickets (SPEC section 8).
 
     Subclasses implement :meth:`build_data`. After :meth:`setup`, ``data``, ``num_clients``,

@@ -13,7 +13,7 @@ import torch
 from pytorch_lightning import LightningModule
 from pytorch_lightning.cli import OptimizerCallable
 from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy
-from pytorch_lightning.utilities import rank_zero_info
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
@@ -34,6 +34,7 @@ from lightning_fl.federation import ClientOptimizer, Federation, HierarchyView
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.hierarchy import Hierarchy
 from lightning_fl.models.base import ClientModule
+from lightning_fl.resume_check import changed_fields, data_digest, run_config
 from lightning_fl.round_logger import RoundLogger
 from lightning_fl.rounds import RoundRunner
 from lightning_fl.sampling import SAMPLING_MODES, ClientSampler
@@ -100,6 +101,10 @@ class FederatedLoop(LightningModule):
         on_client_divergence: ``stop`` (default: a client whose loss or weights become NaN/inf stops
             the run with the round and client named) or ``drop`` (its update is discarded and named in
             the log, training goes on; a round where every client diverges still stops).
+        resume_despite_changes: Resume a checkpoint even if this run's configuration differs from the one
+            it was trained under (model, optimizer, local work, cohort, seed, data and partition, the
+            algorithm and its arguments). Off by default: such a resume is an error naming the changed
+            fields, because the result would not be the continuation of the checkpointed run.
         cpu_threads: Intra-op threads for torch on CPU. ``None`` (auto) uses 1 thread for models under
             one million parameters: their per-step kernels are microseconds long, and a second thread
             makes each step wait on a barrier (10x slower when the machine is busy with other runs).
@@ -135,6 +140,7 @@ class FederatedLoop(LightningModule):
         exchange: str = "gather",
         system: SystemHeterogeneity | None = None,
         on_client_divergence: str = "stop",
+        resume_despite_changes: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(client, ClientModule):
@@ -178,6 +184,8 @@ class FederatedLoop(LightningModule):
                               " trains each round there); remove one of them")
         self.system = system
         self.on_client_divergence = on_client_divergence
+        self.resume_despite_changes = resume_despite_changes
+        self._data_sha: str | None = None
         self.collective_timeout = float(collective_timeout)
         self.rounds_completed = 0
         self.last_evaluation: ClientEvaluation | None = None
@@ -245,6 +253,7 @@ class FederatedLoop(LightningModule):
                                                                         self.hierarchy.local_rounds),
             aggregation=type(aggregator).__name__, device=self.trainer.strategy.root_device,
         )
+        self.federated_callbacks = callbacks
         self.rounds = RoundRunner(self.model, self.engine, self.sampler, self.store, self.hierarchy, self.federation,
                                   callbacks, self.sharding, reduce=self.exchange == "reduce", system=self.system,
                                   on_client_divergence=self.on_client_divergence)
@@ -289,6 +298,11 @@ class FederatedLoop(LightningModule):
 
     @override
     def on_fit_start(self) -> None:
+        numel = sum(p.numel() for p in self.model.parameters())
+        cohort = "every client" if self.hierarchy is not None or self.sampling == "all" else f"{self.clients_per_round}"
+        rank_zero_info(f"Client model: {type(self.model).__name__}, {numel:,} parameters ({numel * 4 / 1e3:,.1f} kB"
+                       f" in fp32); {self.data.num_clients} clients, {cohort} per round, {self.local_epochs} local"
+                       f" epoch(s) of batch {self.batch_size}; engine {self.engine.name}")
         if self.rounds_completed == 0:
             self._log_partition()
 
@@ -385,11 +399,25 @@ class FederatedLoop(LightningModule):
             "clients": self.store.state_dict(),
             "hierarchy": None if self.hierarchy is None else self.hierarchy.state_dict(),
             "system": None if self.system is None else self.system.state_dict(),
+            "run_config": self._run_config(),
         }
+
+    def _run_config(self) -> dict[str, Any]:
+        if self._data_sha is None:  # hashed once per run: the data does not change while training
+            self._data_sha = data_digest(self.trainer.datamodule.data)
+        return run_config(self, self.trainer.datamodule, self.federated_callbacks, self._data_sha)
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint["federated"]
+        if "run_config" in state:
+            changes = changed_fields(state["run_config"], self._run_config())
+            if changes and not self.resume_despite_changes:
+                raise ConfigError(f"the checkpoint was trained under another configuration ({'; '.join(changes)}); resume"
+                                  " with its settings, or set model.resume_despite_changes: true to continue anyway (the"
+                                  " result is then not the continuation of the checkpointed run)")
+            if changes:
+                rank_zero_warn(f"resuming despite configuration changes: {'; '.join(changes)}")
         self.rounds_completed = state["rounds_completed"]
         self.sampler.load_state_dict(state["sampler"])
         self.store.load_state_dict(state["clients"])

@@ -81,13 +81,13 @@ def test_resume_is_exact(tiny, tmp_path, extra):
     first = tiny(**{**extra, "trainer.max_epochs": 2})
     assert run_cli("fit", "--config", str(first)) == 0
     half = _version_dir(tmp_path, 1) / "checkpoints" / "last.ckpt"
-    assert run_cli("fit", "--config", str(full), "--ckpt_path", str(half)) == 0
-    uninterrupted, resumed = _final_weights(_version_dir(tmp_path, 0)), _final_weights(_version_dir(tmp_path, 2))
+    assert torch.load(half, weights_only=False)["federated"]["rounds_completed"] == 2
+    assert run_cli("fit", "--config", str(full), "--ckpt_path", str(half)) == 0  # continues version_1
+    uninterrupted, resumed = _final_weights(_version_dir(tmp_path, 0)), _final_weights(_version_dir(tmp_path, 1))
     for name in uninterrupted:
         assert torch.equal(uninterrupted[name], resumed[name]), name
     ckpt_a = torch.load(_version_dir(tmp_path, 0) / "checkpoints" / "last.ckpt", weights_only=False)
-    ckpt_b = torch.load(_version_dir(tmp_path, 2) / "checkpoints" / "last.ckpt", weights_only=False)
-    assert torch.load(half, weights_only=False)["federated"]["rounds_completed"] == 2
+    ckpt_b = torch.load(_version_dir(tmp_path, 1) / "checkpoints" / "last.ckpt", weights_only=False)
     assert ckpt_a["federated"]["rounds_completed"] == ckpt_b["federated"]["rounds_completed"] == 4
     assert ckpt_a["global_step"] == ckpt_b["global_step"] == 4  # one server step per round
     assert torch.equal(ckpt_a["federated"]["clients"]["participation"], ckpt_b["federated"]["clients"]["participation"])

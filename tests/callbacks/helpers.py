@@ -170,7 +170,7 @@ def run_with(tiny: Callable[..., Path], callback: dict[str, Any], **overrides: A
 
 def run_4_and_2_plus_2(tiny: Callable[..., Path], tmp_path: Path, **overrides: Any
                        ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """4 rounds in one go (version 0) vs 2 rounds (version 1) resumed from ``last.ckpt`` to 4 (version 2).
+    """4 rounds in one go (version 0) vs 2 rounds (version 1) resumed from ``last.ckpt`` to 4 (in version 1).
 
     Asserts identical final model weights; returns the two final checkpoints.
     """
@@ -179,7 +179,7 @@ def run_4_and_2_plus_2(tiny: Callable[..., Path], tmp_path: Path, **overrides: A
     assert run_cli("fit", "--config", str(tiny(**{**overrides, "trainer.max_epochs": 2}))) == 0
     half = version_dir(tmp_path, 1) / "checkpoints" / "last.ckpt"
     assert run_cli("fit", "--config", str(full), "--ckpt_path", str(half)) == 0
-    a, b = load_last(tmp_path, 0), load_last(tmp_path, 2)
+    a, b = load_last(tmp_path, 0), load_last(tmp_path, 1)
     for name, value in a["state_dict"].items():
         assert torch.equal(value, b["state_dict"][name]), name
     return a, b
