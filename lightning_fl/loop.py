@@ -48,6 +48,7 @@ CLIENT_STATE_STORES = ("memory", "disk")
 EXCHANGES = ("gather", "reduce")
 DIVERGENCE_POLICIES = ("stop", "drop")
 DEFAULT_CALLBACKS = ("lightning_fl.callbacks.FedAvg", "lightning_fl.callbacks.FairnessMetrics")
+ROUND_PROGRESS_BAR = "lightning_fl.callbacks.RoundProgressBar"
 
 
 class FederatedLoop(LightningModule):
@@ -199,6 +200,11 @@ class FederatedLoop(LightningModule):
             names = ", ".join(type(c).__name__ for c in aggregators)
             raise ConfigError(f"trainer.callbacks must contain at most one aggregation callback; got {names}")
         added: list[pl.Callback] = []
+        bar = self.trainer.progress_bar_callback
+        if bar is not None and type(bar).__name__ != "RoundProgressBar":
+            # One bar over the rounds replaces Lightning's per-epoch bar (a round is one batch);
+            # nothing is added when the user turned bars off (trainer.enable_progress_bar: false).
+            added.append(_import_class(ROUND_PROGRESS_BAR)())
         for class_path in DEFAULT_CALLBACKS:
             # By class path, like a config entry: the core never imports the algorithms package.
             cls = _import_class(class_path)
