@@ -32,7 +32,7 @@ def estimate_round_seconds(traffic: RoundTraffic, client_link: tuple[float, floa
 
 
 class CommunicationCost(FederatedCallback):
-    """Communication accounting (SPEC section 6), for Tempo's time-to-target comparison (its Table 1).
+    """Communication accounting (docs/algorithms.md, Communication accounting), for Tempo's time-to-target comparison (its Table 1).
 
     Every round logs, per link level (``client``: client<->server in the flat loop or
     client<->institution in the hierarchy; ``institution``: institution<->server), the bytes sent up and
