@@ -42,7 +42,7 @@ class CommunicationCost(FederatedCallback):
     client plus transfer times (see :func:`estimate_round_seconds`). The totals are checkpointed.
     ``model.system`` keeps a simulated clock beside it (``sim/*``): the same transfer times
     (:func:`~lightning_fl.functional.system.transfer_seconds`) with simulated client speeds instead of
-    this machine's measured compute.
+    the compute measured where the simulation runs.
 
     Args:
         client_bandwidth_mbps: Client link bandwidth in Mbit/s; ``None`` disables the time estimate.
