@@ -78,6 +78,7 @@ def test_algorithms_pointers_name_existing_headings():
     pointers = [
         (name, lineno, match.group(1))
         for name, text in _tracked_text_files()
+        if name != "tests/test_docs.py"  # this file describes the pattern
         for lineno, line in enumerate(text.splitlines(), 1)
         for match in POINTER.finditer(line)
     ]
