@@ -1,4 +1,4 @@
-"""FedFa-mo: FedFa's double momentum with FedAvg sample-size weights (SPEC section 3, the ablation)."""
+"""FedFa-mo: FedFa's double momentum with FedAvg sample-size weights (docs/algorithms.md, FedFa-mo, the ablation)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from lightning_fl.validation import check_choice
 class FedFaMo(FedFa):
     """FedFa-mo (FedFa paper, Table 3): double momentum only, FedAvg weights ``n_k / sum n``.
 
-    SPEC section 3: ``w_agg = sum_k n_k y_k / sum_k n_k``; then exactly :class:`FedFa`'s server
+    docs/algorithms.md, FedFa-mo: ``w_agg = sum_k n_k y_k / sum_k n_k``; then exactly :class:`FedFa`'s server
     momentum in descent form: ``g = w^t - w_agg``; ``heavy_ball`` ``m <- gamma_s m + g`` or ``ema``
     ``m <- gamma_s m + (1 - gamma_s) g``, updated every round; ``w^{t+1} = w^t - eta_s m`` when
     ``(t + 1) % b == 0``, else ``w_agg``. Client momentum comes from the optimizer config

@@ -1,4 +1,4 @@
-"""IGFL-S: attention-based aggregation (SPEC section 4, Algorithm 3)."""
+"""IGFL-S: attention-based aggregation (docs/algorithms.md, IGFL-S, Algorithm 3)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from lightning_fl.validation import ConfigError, check_choice
 class IGFLServer(IGFLState, AggregationCallback):
     """IGFL-S (IJCAI 2021, Algorithm 3): attention-based federated learning on the server.
 
-    SPEC section 4. Values and keys are the cohort deltas ``D_j = y_j - w^t``; scores
+    docs/algorithms.md, IGFL-S. Values and keys are the cohort deltas ``D_j = y_j - w^t``; scores
     ``s = psi(q, D_j) / temperature`` with a softmax over ``j`` in the cohort:
 
     - ``self``: ``q_i = D_i``; ``w^{t+1} = w^t + (1/K) sum_i sum_j alpha_ij D_j`` (``K x K`` matrix);
@@ -37,7 +37,7 @@ class IGFLServer(IGFLState, AggregationCallback):
 
     Readings:
 
-    - ``time`` uses SPEC's reading: client ``j``'s previous delta is scored against its *own*
+    - ``time`` uses our reading (docs/algorithms.md, IGFL-S): client ``j``'s previous delta is scored against its *own*
       current delta (the paper's printed denominator mixes indices). ``dW_j_prev = y_j - w`` of the
       client's last participation, which may be many rounds ago under sampling; a client seen for
       the first time has ``dW_j_prev = 0`` and score 0.

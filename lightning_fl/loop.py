@@ -57,7 +57,7 @@ class FederatedLoop(LightningModule):
     Each training step samples a cohort, has the client engine train every member from the global
     model ``w^t`` (the wrapped ``client`` module), hands the stacked results to the run's one
     aggregation callback, checks the new global weights, and calls the callbacks' round hooks
-    (SPEC section 1). ``--trainer.max_epochs`` is the number of rounds; validation evaluates the
+    (docs/algorithms.md, The round). ``--trainer.max_epochs`` is the number of rounds; validation evaluates the
     global model on every client's test split every ``check_val_every_n_epoch`` rounds.
 
     TensorBoard steps are round numbers: values logged at step ``r`` describe the global model after
@@ -71,12 +71,12 @@ class FederatedLoop(LightningModule):
         clients_per_round: ``K``, the cohort size (ignored with ``sampling: all``).
         local_epochs: ``E``, local epochs per round.
         batch_size: ``B``, local minibatch size.
-        sampling: ``uniform``, ``by_samples`` or ``all`` (SPEC section 1).
+        sampling: ``uniform``, ``by_samples`` or ``all`` (docs/algorithms.md, Sampling).
         seed: Seed of cohort sampling, batch order and model initialisation.
         engine: Client engine: ``auto`` (default: vectorized where it is exact and faster, see
             ``docs/performance.md``), ``sequential`` or ``vectorized``.
         max_parallel_clients: Upper bound on clients trained at once by a vectorized engine (memory).
-        hierarchy: Three-layer client/institution/server training (SPEC section 6); ``None`` for the
+        hierarchy: Three-layer client/institution/server training (docs/algorithms.md, Three-layer hierarchy); ``None`` for the
             usual two-layer loop. With a hierarchy, every client of every institution trains each round
             (``clients_per_round`` and ``sampling`` do not apply) and the aggregation callback combines
             institution models.

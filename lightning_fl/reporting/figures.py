@@ -1,7 +1,7 @@
-"""Matplotlib figures for the fairness / aggregation reports (SPEC sections 4 and 7).
+"""Matplotlib figures for the fairness / aggregation reports (docs/algorithms.md, Fairness metrics; IGFL-S).
 
-* :func:`accuracy_histogram_figure`: histogram of client accuracies per evaluation (SPEC 7).
-* :func:`attention_figure`: heat map of an IGFL-S attention matrix or vector (SPEC 4, IGFL Fig. 2).
+* :func:`accuracy_histogram_figure`: histogram of client accuracies per evaluation (docs/algorithms.md, Fairness metrics).
+* :func:`attention_figure`: heat map of an IGFL-S attention matrix or vector (docs/algorithms.md, IGFL-S; IGFL Fig. 2).
 * :func:`weights_figure`: bar chart of per-client aggregation weights (FedFa, DWFed).
 * :func:`figure_to_image`: render a figure to a ``(3, H, W)`` uint8 tensor for TensorBoard's
   ``SummaryWriter.add_image`` (default ``dataformats="CHW"``).
@@ -54,7 +54,7 @@ def _check_ids(client_ids: Sequence[int], k: int, what: str) -> list[str]:
 
 
 def accuracy_histogram_figure(accuracies: Tensor, round_idx: int, bins: int = 20) -> Figure:
-    """Histogram of client test accuracies at one evaluation (SPEC section 7).
+    """Histogram of client test accuracies at one evaluation (docs/algorithms.md, Fairness metrics).
 
     Vertical lines mark the mean, the worst-20% mean and the best-20% mean (means of the
     ``ceil(0.2 N)`` lowest / highest accuracies, as in :func:`~lightning_fl.functional.fairness.
@@ -103,7 +103,7 @@ def accuracy_histogram_figure(accuracies: Tensor, round_idx: int, bins: int = 20
 
 
 def attention_figure(attention: Tensor, client_ids: Sequence[int], round_idx: int) -> Figure:
-    """Heat map of an IGFL-S attention matrix or vector (SPEC section 4, IGFL paper Fig. 2).
+    """Heat map of an IGFL-S attention matrix or vector (docs/algorithms.md, IGFL-S; IGFL paper Fig. 2).
 
     A ``(K, K)`` matrix (self-attention) is drawn with row ``i`` = query client ``i`` and column
     ``j`` = key/value client ``j`` (entry ``alpha_ij``); a ``(K,)`` vector (global / time
@@ -158,7 +158,7 @@ def attention_figure(attention: Tensor, client_ids: Sequence[int], round_idx: in
 
 
 def weights_figure(weights: Tensor, client_ids: Sequence[int], round_idx: int, title: str) -> Figure:
-    """Bar chart of per-client aggregation weights (FedFa, DWFed; SPEC sections 3 and 5).
+    """Bar chart of per-client aggregation weights (docs/algorithms.md, FedFa; DWFed).
 
     A dashed line marks the uniform weight ``1/K`` for reference.
 
