@@ -268,13 +268,17 @@ class FederatedLoop(LightningModule):
         return CohortSharding(world, self.trainer.global_rank, self.collective_timeout)
 
     def _run_outputs(self) -> RunOutputs:
-        """Tag kinds and figure files of this run: PNGs under the run directory, on rank 0 only.
+        """Tag kinds and figure files of this run: PNGs under the run directory ``trainer.log_dir``, on rank 0.
 
-        The run directory is ``trainer.log_dir`` (``trainer.default_root_dir`` without a logger); histograms
-        also go to CSV files when no logger of the run is a TensorBoard one.
+        Histograms also go to CSV files when no logger of the run is a TensorBoard one. Without any logger
+        (``trainer.logger: false``) no figure or histogram is kept, and one info line says so.
         """
         log_dir = self.trainer.log_dir  # a collective with several processes: every rank asks once
-        directory = (log_dir or self.trainer.default_root_dir) if self.trainer.global_rank == 0 else None
+        if not self.trainer.loggers:
+            rank_zero_info("trainer.logger is false: figures and histograms are not saved (any logger, e.g."
+                           " CSVLogger, keeps them under its run directory)")
+            return RunOutputs()
+        directory = log_dir if self.trainer.global_rank == 0 else None
         with_tensorboard = any(isinstance(logger, TensorBoardLogger) for logger in self.trainer.loggers)
         return RunOutputs(directory, histogram_files=not with_tensorboard)
 

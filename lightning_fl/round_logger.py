@@ -5,8 +5,8 @@ text), so a histogram and an image under the same tag hide each other. :class:`R
 :class:`TagKindError` when a run reuses a tag for another kind. By convention image tags end in
 ``_figure`` (``server/weights`` is the histogram, ``server/weights_figure`` the bar chart).
 
-Files, whatever the logger (rank 0 only, under the run directory ``trainer.log_dir``, which is
-``trainer.default_root_dir`` with ``--trainer.logger false``):
+Files, whatever the logger (rank 0 only, under the run directory ``trainer.log_dir``; none with
+``--trainer.logger false``, which the loop reports with one info line):
 
 * every figure as ``figures/<tag>/round_<step:04d>.png`` (``figures/server/weights_figure/round_0005.png``);
 * when the run has no TensorBoard logger, every histogram's values as ``histograms/<tag>.csv``

@@ -166,11 +166,12 @@ def test_a_csv_logger_run_keeps_every_figure_and_histogram(tiny, tmp_path):
     assert len(sizes) == 6 and all(0 < s <= 80 for s in sizes)  # 6 clients of at most 80 samples, 75% train
 
 
-def test_without_a_logger_figures_land_in_the_default_root_dir(tiny, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_without_a_logger_figures_are_skipped_with_one_info_line(tiny, tmp_path, caplog):
     root = tmp_path / "root"
-    assert _fedfa_run(tiny, **{"trainer.logger": False, "trainer.default_root_dir": str(root)}) == 0
-    assert_png(root / "figures" / "server" / "weights_figure" / "round_0003.png")
-    assert_png(root / "figures" / "data" / "label_distribution_figure" / "round_0000.png")
-    assert (root / "histograms" / "val" / "client_acc.csv").exists()
-    assert (root / "fairness_summary.md").exists()  # next to the other files of a run without a logger
+    with caplog.at_level("INFO"):
+        assert _fedfa_run(tiny, **{"trainer.logger": False, "trainer.default_root_dir": str(root)}) == 0
+    assert (root / "fairness_summary.md").exists()  # the run itself finished and wrote its summary
+    assert not (root / "figures").exists() and not (root / "histograms").exists()
+    assert [r.getMessage() for r in caplog.records if "figures and histograms are not saved" in r.getMessage()] == [
+        "trainer.logger is false: figures and histograms are not saved (any logger, e.g. CSVLogger, keeps them under"
+        " its run directory)"]
