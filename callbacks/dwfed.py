@@ -42,8 +42,8 @@ class DWFed(AggregationCallback):
       logged once; a one-client cohort gets weight 1.
     - DWFed keeps no state across rounds.
 
-    TensorBoard (step = round number ``t + 1``): ``server/weights`` (histogram and bar chart of
-    ``alpha_k``) and ``server/emd`` (histogram of the cohort's ``D_k``).
+    TensorBoard (step = round number ``t + 1``): ``server/weights`` and ``server/weights_figure``
+    (histogram and bar chart of ``alpha_k``) and ``server/emd`` (histogram of the cohort's ``D_k``).
 
     Args:
         eta_ish: ``eta`` in ``ISH_k``: a number ``>= 0`` or the string ``client_lr``. Default 1.0.

@@ -27,13 +27,13 @@ from lightning_fl.validation import (
 
 
 def log_client_weights(log: RoundLogger, weights: Tensor, client_ids: Tensor, title: str, figure: bool) -> None:
-    """Log ``(K,)`` aggregation weights as ``server/weights`` (histogram, and a bar chart when ``figure``).
+    """Log ``(K,)`` aggregation weights: histogram ``server/weights``, bar chart ``server/weights_figure`` when ``figure``.
 
     The step is the round number ``t + 1`` (``log.step``): the weights produced ``w^{t+1}``.
     """
     log.log_histogram("server/weights", weights.detach().float())
     if figure:
-        log.log_figure("server/weights", weights_figure(weights, client_ids.tolist(), log.step, title))
+        log.log_figure("server/weights_figure", weights_figure(weights, client_ids.tolist(), log.step, title))
 
 
 class FedFa(AggregationCallback):
@@ -71,8 +71,8 @@ class FedFa(AggregationCallback):
       whose weight is 1.
     - The momentum buffer starts at zero and is checkpointed, so a resumed run continues exactly.
 
-    TensorBoard (step = round number ``t + 1``): ``server/weights`` (histogram and bar chart of the
-    cohort's weights, the chart every ``figure_every_n_rounds`` rounds) and the scalar
+    TensorBoard (step = round number ``t + 1``): ``server/weights`` (histogram of the cohort's
+    weights), ``server/weights_figure`` (their bar chart, every ``figure_every_n_rounds`` rounds) and the scalar
     ``server/momentum_norm`` (``||m||_2`` after the update).
 
     Args:

@@ -20,7 +20,7 @@ class FedFaMo(FedFa):
     (``SGD(momentum=...)``). The paper's sign of the server momentum is flipped to the descent form
     (see :class:`FedFa`). With ``server_momentum = 0`` and ``period = 1`` this is FedAvg.
 
-    TensorBoard: ``server/weights`` (histogram and bar chart of ``n_k / sum n``) and
+    TensorBoard: ``server/weights`` and ``server/weights_figure`` (histogram and bar chart of ``n_k / sum n``) and
     ``server/momentum_norm``, with the round number as step.
 
     Args:

@@ -24,7 +24,7 @@ class IGFL(IGFLClientHooks, IGFLServer):
     The readings of :class:`~lightning_fl.callbacks.IGFLClient` and :class:`~lightning_fl.callbacks.IGFLServer` apply. Note
     that ``dW_ps`` is the *attention* aggregate's step, not FedAvg's.
 
-    TensorBoard: ``server/attention`` (heat map, the paper's Fig. 2) and ``server/weights``.
+    TensorBoard: ``server/attention_figure`` (heat map, the paper's Fig. 2) and ``server/weights``.
 
     Args:
         attention: ``self`` (default), ``global`` or ``time``.

@@ -45,7 +45,7 @@ class IGFLServer(IGFLState, AggregationCallback):
     - Used alone, IGFL-S keeps its own store of previous deltas (only in ``time`` mode, which needs
       it); :class:`~lightning_fl.callbacks.IGFL` shares one store between client and server.
 
-    TensorBoard (step = round number ``t + 1``): ``server/attention``, the attention matrix
+    TensorBoard (step = round number ``t + 1``): ``server/attention_figure``, the attention matrix
     (``self``) or vector as a heat map with client ids on the axes (the paper's Fig. 2), every
     ``figure_every_n_rounds`` rounds; ``server/weights``, a histogram of each client's effective
     weight (``mean_i alpha_ij`` for ``self``, ``alpha_j`` otherwise).
@@ -104,4 +104,4 @@ class IGFLServer(IGFLState, AggregationCallback):
         effective = attention.mean(dim=0) if attention.dim() == 2 else attention
         log.log_histogram("server/weights", effective.detach().float())
         if self.figure_every_n_rounds > 0 and round_idx % self.figure_every_n_rounds == 0:
-            log.log_figure("server/attention", attention_figure(attention, client_ids.tolist(), log.step))
+            log.log_figure("server/attention_figure", attention_figure(attention, client_ids.tolist(), log.step))

@@ -12,6 +12,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning import LightningModule
 from pytorch_lightning.cli import OptimizerCallable
+from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
@@ -35,7 +36,7 @@ from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.hierarchy import Hierarchy
 from lightning_fl.models.base import ClientModule
 from lightning_fl.resume_check import changed_fields, data_digest, run_config
-from lightning_fl.round_logger import RoundLogger
+from lightning_fl.round_logger import RoundLogger, RunOutputs
 from lightning_fl.rounds import RoundRunner
 from lightning_fl.sampling import SAMPLING_MODES, ClientSampler
 from lightning_fl.seeding import derive_seed
@@ -189,6 +190,7 @@ class FederatedLoop(LightningModule):
         self._data_sha: str | None = None
         self.collective_timeout = float(collective_timeout)
         self.rounds_completed = 0
+        self.run_outputs = RunOutputs()  # replaced in setup, once the run directory is known
         self.last_evaluation: ClientEvaluation | None = None
 
     # ------------------------------------------------------------------ set-up
@@ -216,6 +218,7 @@ class FederatedLoop(LightningModule):
     @override
     def setup(self, stage: str) -> None:
         self.sharding = self._sharding()
+        self.run_outputs = self._run_outputs()
         datamodule = self.trainer.datamodule
         if not isinstance(datamodule, FederatedDataModule):
             raise ConfigError("data must be a lightning_fl.datamodules.FederatedDataModule (e.g. lightning_fl.datamodules.SyntheticDataModule)")
@@ -278,6 +281,21 @@ class FederatedLoop(LightningModule):
                                   f" {torch.cuda.device_count()} GPU(s); use class_path"
                                   " pytorch_lightning.strategies.DDPStrategy with init_args {process_group_backend: gloo}")
         return CohortSharding(world, self.trainer.global_rank, self.collective_timeout)
+
+    def _run_outputs(self) -> RunOutputs:
+        """Tag kinds and figure files of this run: PNGs under the run directory ``trainer.log_dir``, on rank 0.
+
+        Histograms also go to CSV files when no logger of the run is a TensorBoard one. Without any logger
+        (``trainer.logger: false``) no figure or histogram is kept, and one info line says so.
+        """
+        log_dir = self.trainer.log_dir  # a collective with several processes: every rank asks once
+        if not self.trainer.loggers:
+            rank_zero_info("trainer.logger is false: figures and histograms are not saved (any logger, e.g."
+                           " CSVLogger, keeps them under its run directory)")
+            return RunOutputs()
+        directory = log_dir if self.trainer.global_rank == 0 else None
+        with_tensorboard = any(isinstance(logger, TensorBoardLogger) for logger in self.trainer.loggers)
+        return RunOutputs(directory, histogram_files=not with_tensorboard)
 
     def _client_state_dir(self) -> Path | None:
         if self.client_state == "memory":
@@ -381,7 +399,7 @@ class FederatedLoop(LightningModule):
 
         Call it only from hooks where ``LightningModule.log`` is allowed (the round and evaluation).
         """
-        return RoundLogger(self.loggers, step, self._monitor)
+        return RoundLogger(self.loggers, step, self._monitor, self.run_outputs)
 
     def _monitor(self, name: str, value: float, prog_bar: bool) -> None:
         # logger=False: the loggers already got the value with the round as step.
@@ -389,8 +407,8 @@ class FederatedLoop(LightningModule):
 
     def _log_partition(self) -> None:
         datamodule = self.trainer.datamodule
-        log = RoundLogger(self.loggers, step=0)
-        log.log_figure("data/label_distribution", datamodule.partition_figure())
+        log = RoundLogger(self.loggers, step=0, outputs=self.run_outputs)
+        log.log_figure("data/label_distribution_figure", datamodule.partition_figure())
         log.log_histogram("data/client_emd", datamodule.emd_to_population())
         log.log_histogram("data/client_train_size", datamodule.data.train_sizes().float())
         summary = datamodule.partition_summary()

@@ -40,7 +40,7 @@ def test_fit_logs_fairness_scalars_with_round_steps(tiny, tmp_path):
         assert [e.step for e in events.Scalars(name)] == [2, 4]
     assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4]
     assert "val/client_acc" in tags["histograms"]
-    assert "data/label_distribution" in tags["images"]
+    assert "data/label_distribution_figure" in tags["images"]
     for name in ("fairness_summary.md", "fairness_summary.csv", "fairness_history.csv"):
         assert (run / name).exists()
     assert "| Method | Average | Worst 20% | Best 20% | Variance |" in (run / "fairness_summary.md").read_text()

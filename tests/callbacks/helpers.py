@@ -69,12 +69,16 @@ class RecordingLogger(RoundLogger):
         self.figures: list[tuple[str, int]] = []
 
     def log_scalars(self, metrics: Any, prog_bar: Sequence[str] = ()) -> None:
+        for name in metrics:
+            self.outputs.claim(name, "scalar")  # one kind per tag, as in a real run
         self.scalars.append(({k: float(v) for k, v in metrics.items()}, self.step))
 
     def log_histogram(self, tag: str, values: Tensor) -> None:
+        self.outputs.claim(tag, "histogram")
         self.histograms.append((tag, values, self.step))
 
     def log_figure(self, tag: str, figure: Any) -> None:
+        self.outputs.claim(tag, "image")
         self.figures.append((tag, self.step))
 
     def at(self, step: int) -> RecordingLogger:
