@@ -90,7 +90,10 @@ def plan_runs(methods: Mapping[str, str], seeds: Iterable[int], save_dir: Path, 
 
 
 def is_finished(run: Run) -> bool:
-    """Whether ``run.log_dir`` holds a run that finished with exactly ``run.command``."""
+    """Whether ``run.log_dir`` holds a run that finished with exactly ``run.command``.
+
+    The command names the config file, not its contents: after editing a config, delete the runs.
+    """
     marker = run.log_dir / FINISHED
     return marker.exists() and json.loads(marker.read_text())["command"] == list(run.command)
 
@@ -166,6 +169,7 @@ def collect(runs: Iterable[Run], metrics: Mapping[str, str] = METRICS) -> list[t
 
 
 def write_long_csv(rows: Iterable[tuple[str, int, int, str, float]], path: Path) -> None:
+    """Write rows from :func:`collect` to ``path`` under the header ``method,seed,round,metric,value``."""
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(("method", "seed", "round", "metric", "value"))
