@@ -32,7 +32,7 @@ def estimate_round_seconds(traffic: RoundTraffic, client_link: tuple[float, floa
 
 
 class CommunicationCost(FederatedCallback):
-    """Communication accounting (SPEC section 6), for Tempo's time-to-target comparison (its Table 1).
+    """Communication accounting (docs/algorithms.md, Communication accounting), for Tempo's time-to-target comparison (its Table 1).
 
     Every round logs, per link level (``client``: client<->server in the flat loop or
     client<->institution in the hierarchy; ``institution``: institution<->server), the bytes sent up and
@@ -42,7 +42,7 @@ class CommunicationCost(FederatedCallback):
     client plus transfer times (see :func:`estimate_round_seconds`). The totals are checkpointed.
     ``model.system`` keeps a simulated clock beside it (``sim/*``): the same transfer times
     (:func:`~lightning_fl.functional.system.transfer_seconds`) with simulated client speeds instead of
-    this machine's measured compute.
+    the compute measured where the simulation runs.
 
     Args:
         client_bandwidth_mbps: Client link bandwidth in Mbit/s; ``None`` disables the time estimate.

@@ -1,4 +1,4 @@
-"""Rounds-to-target: when a monitored metric first reaches a target (SPEC section 7)."""
+"""Rounds-to-target: when a monitored metric first reaches a target (docs/algorithms.md, Rounds to target)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ class ClientStateStore:
     Args:
         num_clients: ``N``.
         keep_optimizer_state: Keep each client's optimizer state (e.g. SGD momentum buffers) between
-            its participations instead of starting fresh every round (SPEC section 1 option).
+            its participations instead of starting fresh every round (an option of docs/algorithms.md, Local training).
         directory: Keep those states in append-only files there (``model.client_state: disk``)
             instead of memory; ``None``: memory.
     """

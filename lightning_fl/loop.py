@@ -12,9 +12,10 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning import LightningModule
 from pytorch_lightning.cli import OptimizerCallable
+from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy
 from pytorch_lightning.trainer.states import TrainerFn
-from pytorch_lightning.utilities import rank_zero_info
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
@@ -35,7 +36,8 @@ from lightning_fl.federation import ClientOptimizer, Federation, HierarchyView
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.hierarchy import Hierarchy
 from lightning_fl.models.base import ClientModule
-from lightning_fl.round_logger import RoundLogger
+from lightning_fl.resume_check import changed_fields, data_digest, run_config
+from lightning_fl.round_logger import RoundLogger, RunOutputs
 from lightning_fl.rounds import RoundRunner
 from lightning_fl.sampling import SAMPLING_MODES, ClientSampler
 from lightning_fl.seeding import derive_seed
@@ -48,6 +50,7 @@ CLIENT_STATE_STORES = ("memory", "disk")
 EXCHANGES = ("gather", "reduce")
 DIVERGENCE_POLICIES = ("stop", "drop")
 DEFAULT_CALLBACKS = ("lightning_fl.callbacks.FedAvg", "lightning_fl.callbacks.FairnessMetrics")
+ROUND_PROGRESS_BAR = "lightning_fl.callbacks.RoundProgressBar"
 
 
 class FederatedLoop(LightningModule):
@@ -56,7 +59,7 @@ class FederatedLoop(LightningModule):
     Each training step samples a cohort, has the client engine train every member from the global
     model ``w^t`` (the wrapped ``client`` module), hands the stacked results to the run's one
     aggregation callback, checks the new global weights, and calls the callbacks' round hooks
-    (SPEC section 1). ``--trainer.max_epochs`` is the number of rounds; validation evaluates the
+    (docs/algorithms.md, The round). ``--trainer.max_epochs`` is the number of rounds; validation evaluates the
     global model every ``check_val_every_n_epoch`` rounds on every client's validation split
     (``val/*``, what monitors such as ``EarlyStopping`` read) and test split (``test/*``, what the
     final table reports); the final model is evaluated once more at the end of ``fit`` if its round
@@ -73,12 +76,12 @@ class FederatedLoop(LightningModule):
         clients_per_round: ``K``, the cohort size (ignored with ``sampling: all``).
         local_epochs: ``E``, local epochs per round.
         batch_size: ``B``, local minibatch size.
-        sampling: ``uniform``, ``by_samples`` or ``all`` (SPEC section 1).
+        sampling: ``uniform``, ``by_samples`` or ``all`` (docs/algorithms.md, Sampling).
         seed: Seed of cohort sampling, batch order and model initialisation.
         engine: Client engine: ``auto`` (default: vectorized where it is exact and faster, see
             ``docs/performance.md``), ``sequential`` or ``vectorized``.
         max_parallel_clients: Upper bound on clients trained at once by a vectorized engine (memory).
-        hierarchy: Three-layer client/institution/server training (SPEC section 6); ``None`` for the
+        hierarchy: Three-layer client/institution/server training (docs/algorithms.md, Three-layer hierarchy); ``None`` for the
             usual two-layer loop. With a hierarchy, every client of every institution trains each round
             (``clients_per_round`` and ``sampling`` do not apply) and the aggregation callback combines
             institution models.
@@ -104,6 +107,10 @@ class FederatedLoop(LightningModule):
         on_client_divergence: ``stop`` (default: a client whose loss or weights become NaN/inf stops
             the run with the round and client named) or ``drop`` (its update is discarded and named in
             the log, training goes on; a round where every client diverges still stops).
+        resume_despite_changes: Resume a checkpoint even if this run's configuration differs from the one
+            it was trained under (model, optimizer, local work, cohort, seed, data and partition, the
+            algorithm and its arguments). Off by default: such a resume is an error naming the changed
+            fields, because the result would not be the continuation of the checkpointed run.
         cpu_threads: Intra-op threads for torch on CPU. ``None`` (auto) uses 1 thread for models under
             one million parameters: their per-step kernels are microseconds long, and a second thread
             makes each step wait on a barrier (10x slower when the machine is busy with other runs).
@@ -139,6 +146,7 @@ class FederatedLoop(LightningModule):
         exchange: str = "gather",
         system: SystemHeterogeneity | None = None,
         on_client_divergence: str = "stop",
+        resume_despite_changes: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(client, ClientModule):
@@ -182,8 +190,11 @@ class FederatedLoop(LightningModule):
                               " trains each round there); remove one of them")
         self.system = system
         self.on_client_divergence = on_client_divergence
+        self.resume_despite_changes = resume_despite_changes
+        self._data_sha: str | None = None
         self.collective_timeout = float(collective_timeout)
         self.rounds_completed = 0
+        self.run_outputs = RunOutputs()  # replaced in setup, once the run directory is known
         self.last_evaluation: ClientEvaluation | None = None
         self._pending_evaluations: list[ClientEvaluation] = []
         self._evaluated_round = -1  # the last round whose model was evaluated in this fit
@@ -197,6 +208,11 @@ class FederatedLoop(LightningModule):
             names = ", ".join(type(c).__name__ for c in aggregators)
             raise ConfigError(f"trainer.callbacks must contain at most one aggregation callback; got {names}")
         added: list[pl.Callback] = []
+        bar = self.trainer.progress_bar_callback
+        if bar is not None and type(bar).__name__ != "RoundProgressBar":
+            # One bar over the rounds replaces Lightning's per-epoch bar (a round is one batch);
+            # nothing is added when the user turned bars off (trainer.enable_progress_bar: false).
+            added.append(_import_class(ROUND_PROGRESS_BAR)())
         for class_path in DEFAULT_CALLBACKS:
             # By class path, like a config entry: the core never imports the algorithms package.
             cls = _import_class(class_path)
@@ -208,6 +224,7 @@ class FederatedLoop(LightningModule):
     @override
     def setup(self, stage: str) -> None:
         self.sharding = self._sharding()
+        self.run_outputs = self._run_outputs()
         datamodule = self.trainer.datamodule
         if not isinstance(datamodule, FederatedDataModule):
             raise ConfigError("data must be a lightning_fl.datamodules.FederatedDataModule (e.g. lightning_fl.datamodules.SyntheticDataModule)")
@@ -253,6 +270,7 @@ class FederatedLoop(LightningModule):
                                                                         self.hierarchy.local_rounds),
             aggregation=type(aggregator).__name__, device=self.trainer.strategy.root_device,
         )
+        self.federated_callbacks = callbacks
         self.rounds = RoundRunner(self.model, self.engine, self.sampler, self.store, self.hierarchy, self.federation,
                                   callbacks, self.sharding, reduce=self.exchange == "reduce", system=self.system,
                                   on_client_divergence=self.on_client_divergence)
@@ -285,6 +303,21 @@ class FederatedLoop(LightningModule):
                                   " pytorch_lightning.strategies.DDPStrategy with init_args {process_group_backend: gloo}")
         return CohortSharding(world, self.trainer.global_rank, self.collective_timeout)
 
+    def _run_outputs(self) -> RunOutputs:
+        """Tag kinds and figure files of this run: PNGs under the run directory ``trainer.log_dir``, on rank 0.
+
+        Histograms also go to CSV files when no logger of the run is a TensorBoard one. Without any logger
+        (``trainer.logger: false``) no figure or histogram is kept, and one info line says so.
+        """
+        log_dir = self.trainer.log_dir  # a collective with several processes: every rank asks once
+        if not self.trainer.loggers:
+            rank_zero_info("trainer.logger is false: figures and histograms are not saved (any logger, e.g."
+                           " CSVLogger, keeps them under its run directory)")
+            return RunOutputs()
+        directory = log_dir if self.trainer.global_rank == 0 else None
+        with_tensorboard = any(isinstance(logger, TensorBoardLogger) for logger in self.trainer.loggers)
+        return RunOutputs(directory, histogram_files=not with_tensorboard)
+
     def _client_state_dir(self) -> Path | None:
         if self.client_state == "memory":
             return None
@@ -310,6 +343,11 @@ class FederatedLoop(LightningModule):
 
     @override
     def on_fit_start(self) -> None:
+        numel = sum(p.numel() for p in self.model.parameters())
+        cohort = "every client" if self.hierarchy is not None or self.sampling == "all" else f"{self.clients_per_round}"
+        rank_zero_info(f"Client model: {type(self.model).__name__}, {numel:,} parameters ({numel * 4 / 1e3:,.1f} kB"
+                       f" in fp32); {self.data.num_clients} clients, {cohort} per round, {self.local_epochs} local"
+                       f" epoch(s) of batch {self.batch_size}; engine {self.engine.name}")
         if self.rounds_completed == 0:
             self._log_partition()
 
@@ -389,7 +427,7 @@ class FederatedLoop(LightningModule):
 
     def _dispatch_evaluation(self, monitor: Callable[[str, float, bool], None] | None = None) -> None:
         for evaluation in self._pending_evaluations:
-            log = RoundLogger(self.loggers, evaluation.round_number, monitor or self._monitor)
+            log = RoundLogger(self.loggers, evaluation.round_number, monitor or self._monitor, self.run_outputs)
             log.log_scalars({f"{evaluation.stage}/loss": evaluation.pooled_loss})
             self.rounds.evaluated(self.rounds_completed - 1, evaluation, log)
             self.last_evaluation = evaluation
@@ -408,7 +446,7 @@ class FederatedLoop(LightningModule):
 
         Call it only from hooks where ``LightningModule.log`` is allowed (the round and evaluation).
         """
-        return RoundLogger(self.loggers, step, self._monitor)
+        return RoundLogger(self.loggers, step, self._monitor, self.run_outputs)
 
     def _monitor(self, name: str, value: float, prog_bar: bool) -> None:
         # logger=False: the loggers already got the value with the round as step.
@@ -416,8 +454,8 @@ class FederatedLoop(LightningModule):
 
     def _log_partition(self) -> None:
         datamodule = self.trainer.datamodule
-        log = RoundLogger(self.loggers, step=0)
-        log.log_figure("data/label_distribution", datamodule.partition_figure())
+        log = RoundLogger(self.loggers, step=0, outputs=self.run_outputs)
+        log.log_figure("data/label_distribution_figure", datamodule.partition_figure())
         log.log_histogram("data/client_emd", datamodule.emd_to_population())
         log.log_histogram("data/client_train_size", datamodule.data.train_sizes().float())
         summary = datamodule.partition_summary()
@@ -432,11 +470,25 @@ class FederatedLoop(LightningModule):
             "clients": self.store.state_dict(),
             "hierarchy": None if self.hierarchy is None else self.hierarchy.state_dict(),
             "system": None if self.system is None else self.system.state_dict(),
+            "run_config": self._run_config(),
         }
+
+    def _run_config(self) -> dict[str, Any]:
+        if self._data_sha is None:  # hashed once per run: the data does not change while training
+            self._data_sha = data_digest(self.trainer.datamodule.data)
+        return run_config(self, self.trainer.datamodule, self.federated_callbacks, self._data_sha)
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint["federated"]
+        if "run_config" in state:
+            changes = changed_fields(state["run_config"], self._run_config())
+            if changes and not self.resume_despite_changes:
+                raise ConfigError(f"the checkpoint was trained under another configuration ({'; '.join(changes)}); resume"
+                                  " with its settings, or set model.resume_despite_changes: true to continue anyway (the"
+                                  " result is then not the continuation of the checkpointed run)")
+            if changes:
+                rank_zero_warn(f"resuming despite configuration changes: {'; '.join(changes)}")
         self.rounds_completed = state["rounds_completed"]
         self.sampler.load_state_dict(state["sampler"])
         self.store.load_state_dict(state["clients"])

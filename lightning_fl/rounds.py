@@ -132,7 +132,7 @@ class RoundRunner:
     def _aggregate(self, round_idx: int, update: CohortUpdate, log: RoundLogger) -> Tensor:
         layout = self.federation.layout
         state = self.model.state_dict()
-        # Server-side math is fp32 whatever the training precision (SPEC section 1).
+        # Server-side math is fp32 whatever the training precision (docs/algorithms.md, Server arithmetic).
         with torch.autocast(self.federation.device.type, enabled=False), torch.no_grad():
             global_w = layout.flatten(state)
             new_w = self.aggregator.aggregate(round_idx, global_w, update, self.federation, log)
@@ -233,7 +233,7 @@ class RoundRunner:
         return update, traffic
 
     def _hierarchical_round(self, round_idx: int, log: RoundLogger) -> tuple[CohortUpdate, RoundTraffic]:
-        """One global iteration of the hierarchy (SPEC section 6, eqs. 3-7).
+        """One global iteration of the hierarchy (docs/algorithms.md, Three-layer hierarchy, eqs. 3-7).
 
         Every institution starts from ``w^(c)``; for ``tau_i`` rounds all its clients train
         ``epochs[m]`` epochs from the institution model, which becomes their ``|D_n|``-weighted

@@ -1,4 +1,4 @@
-"""Cohort sampling (SPEC section 1): which clients train in round ``t``."""
+"""Cohort sampling (docs/algorithms.md, Sampling): which clients train in round ``t``."""
 
 from __future__ import annotations
 

@@ -28,7 +28,6 @@ def tiny_config(log_dir: Path, **overrides: Any) -> dict[str, Any]:
             "callbacks": [
                 {"class_path": "lightning_fl.callbacks.FedAvg"},
                 {"class_path": "lightning_fl.callbacks.FairnessMetrics"},
-                {"class_path": "lightning_fl.callbacks.RoundProgressBar"},
                 {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
                  "init_args": {"save_last": True, "save_top_k": 0}},
             ],

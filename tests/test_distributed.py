@@ -122,8 +122,12 @@ def test_checkpoints_move_between_one_and_two_processes(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     ckpt = tmp_path / "logs" / "two" / "version_0" / "checkpoints" / "last.ckpt"
     resumed = _config(tmp_path, "two", **scaffold)
-    assert run_cli("fit", "--config", str(resumed), "--ckpt_path", str(ckpt)) == 0
-    result = _cli("fit", "--config", str(resumed), "--ckpt_path", str(ckpt), *DDP2)
+    # Both resume the same checkpoint, so each names its own run directory (by default a resume continues
+    # the checkpoint's).
+    assert run_cli("fit", "--config", str(resumed), "--ckpt_path", str(ckpt), "--trainer.logger.init_args.version",
+                   "1") == 0
+    result = _cli("fit", "--config", str(resumed), "--ckpt_path", str(ckpt), *DDP2, "--trainer.logger.init_args.version",
+                  "2")
     assert result.returncode == 0, result.stderr[-3000:]
     for version in (1, 2):
         weights = _weights(tmp_path, "two", version)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import tempfile
 
 import pytest
 import pytorch_lightning as pl
@@ -25,7 +26,7 @@ def _loop(engine: str, local_epochs: int = 3, callback: pl.Callback | None = Non
     torch.manual_seed(0)
     loop = FederatedLoop(client=LogisticRegression(60, 10), optimizer=_sgd, clients_per_round=6,
                          local_epochs=local_epochs, batch_size=10, seed=0, engine=engine)
-    trainer = pl.Trainer(max_epochs=0, accelerator="cpu", logger=False, enable_checkpointing=False,
+    trainer = pl.Trainer(default_root_dir=tempfile.mkdtemp(prefix="lfl-"), max_epochs=0, accelerator="cpu", logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
                          callbacks=[copy.deepcopy(callback or FedAvg())])
     trainer.fit(loop, datamodule=SyntheticDataModule("1_1", num_clients=6, max_samples_per_client=60, seed=1))
@@ -98,7 +99,7 @@ def test_engines_agree_under_a_deadline_through_the_trainer() -> None:
         torch.manual_seed(0)
         loop = FederatedLoop(client=LogisticRegression(60, 10), optimizer=_sgd, clients_per_round=4, local_epochs=2,
                              batch_size=10, seed=0, engine=engine, system=SystemHeterogeneity(**system))
-        trainer = pl.Trainer(max_epochs=4, accelerator="cpu", logger=False, enable_checkpointing=False,
+        trainer = pl.Trainer(default_root_dir=tempfile.mkdtemp(prefix="lfl-"), max_epochs=4, accelerator="cpu", logger=False, enable_checkpointing=False,
                              enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
                              callbacks=[Scaffold()])
         trainer.fit(loop, datamodule=SyntheticDataModule("1_1", num_clients=10, max_samples_per_client=100))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any
 
 import pytest
@@ -61,7 +62,7 @@ def _fit(callbacks: list[pl.Callback], rounds: int = 5, engine: str = "auto", **
     torch.manual_seed(0)
     loop = FederatedLoop(client=LogisticRegression(60, 10), optimizer=lambda p: torch.optim.SGD(p, lr=0.05),
                          clients_per_round=4, local_epochs=2, batch_size=10, seed=0, engine=engine, **loop_args)
-    trainer = pl.Trainer(max_epochs=rounds, accelerator="cpu", logger=False, enable_checkpointing=False,
+    trainer = pl.Trainer(default_root_dir=tempfile.mkdtemp(prefix="lfl-"), max_epochs=rounds, accelerator="cpu", logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
                          callbacks=callbacks)
     trainer.fit(loop, datamodule=SyntheticDataModule("1_1", num_clients=10, max_samples_per_client=100))

@@ -24,7 +24,7 @@ from lightning_fl.seeding import generator_for
 
 @dataclass
 class LocalTrainingPlan:
-    """How every client trains locally (SPEC section 1).
+    """How every client trains locally (docs/algorithms.md, Local training).
 
     Attributes:
         optimizer_factory: Builds the client optimizer from parameters (the config's ``optimizer``).

@@ -2,7 +2,7 @@
 
 Every engine draws client ``k``'s local epoch ``e`` in the order
 ``epoch_permutation(seed, t, k, e, n_k)`` and cuts it into ``ceil(n_k / B)`` batches, the last one
-possibly partial (SPEC section 1). For a chunk of clients trained together, this module lays those
+possibly partial (docs/algorithms.md, Local training). For a chunk of clients trained together, this module lays those
 batches out as rows into the federation's training tensors, with per-sample loss weights
 (``1 / |batch|`` for a real sample, ``0`` for padding), so a local step of the whole chunk is one
 slice of a staged tensor and no per-client ``DataLoader`` exists.

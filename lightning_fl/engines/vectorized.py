@@ -1,6 +1,6 @@
 """The vectorized client engine: a whole cohort (or a chunk of it) trains in lock step.
 
-SPEC section 1 has every client train ``tau_k = E * ceil(n_k / B)`` minibatch steps from ``w^t`` with
+Local training (docs/algorithms.md, Local training) has every client train ``tau_k = E * ceil(n_k / B)`` minibatch steps from ``w^t`` with
 the configured client optimizer. Here the clients' parameters are stacked along a leading cohort
 dimension ``(C, *shape)`` and each local step is one batched forward/backward over all ``C`` clients
 (see :mod:`lightning_fl.engines.formulation`), followed by one ``step()`` of the configured optimizer

@@ -8,6 +8,7 @@ fairness history, which must not depend on the number of processes.
 from __future__ import annotations
 
 import copy
+import tempfile
 from typing import Any
 
 import pytorch_lightning as pl
@@ -77,7 +78,7 @@ def run_case(name: str, engine: str, world_size: int = 1, local_epochs: int = 2)
     loop = FederatedLoop(client=LogisticRegression(60, 10), clients_per_round=5, local_epochs=local_epochs,
                          batch_size=10, seed=0, engine=engine, **kwargs)
     strategy = DDPStrategy(process_group_backend="gloo") if world_size > 1 else "auto"
-    trainer = pl.Trainer(max_epochs=ROUNDS, accelerator="cpu", devices=world_size, strategy=strategy, logger=False,
+    trainer = pl.Trainer(default_root_dir=tempfile.mkdtemp(prefix="lfl-"), max_epochs=ROUNDS, accelerator="cpu", devices=world_size, strategy=strategy, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0, check_val_every_n_epoch=1, callbacks=callbacks)
     trainer.fit(loop, datamodule=SyntheticDataModule("1_1", num_clients=8, max_samples_per_client=80))
