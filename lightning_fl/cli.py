@@ -6,13 +6,15 @@ import sys
 import warnings
 from typing import NoReturn
 
+from lightning_fabric.utilities.cloud_io import _is_local_file_protocol
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 
+from lightning_fl.checkpoint_io import AtomicCheckpointIO
 from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.datamodules.partitions.config_errors import partition_config_error
 from lightning_fl.distributed import RankFailure
 from lightning_fl.loop import FederatedLoop, check_strategy
-from lightning_fl.validation import ConfigError, DivergenceError
+from lightning_fl.validation import CheckpointError, CheckpointWriteError, ConfigError, DivergenceError
 
 # One "batch" (a round ticket) per epoch by design: no workers needed, nothing to log per batch.
 # With several processes every rank computes the same metrics from the same gathered results (the
@@ -21,6 +23,9 @@ for _pattern in (".*does not have many workers which may be a bottleneck.*",
                  ".*The number of training batches .* is smaller than the logging interval.*",
                  ".*when logging on epoch level in distributed setting to accumulate the metric.*"):
     warnings.filterwarnings("ignore", _pattern)
+
+#: ``ckpt_path`` values that name no file: Lightning resolves them when training starts.
+_CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
 
 
 class FederatedArgumentParser(LightningArgumentParser):
@@ -56,6 +61,21 @@ class FederatedCLI(LightningCLI):
         kwargs.setdefault("parser_class", FederatedArgumentParser)
         super().__init__(FederatedLoop, FederatedDataModule, *args, subclass_mode_data=True, **kwargs)
 
+    def _parse_ckpt_path(self) -> None:
+        """Check ``--ckpt_path`` before anything is built: a damaged file fails in one line, at once.
+
+        LightningCLI reads the checkpoint here with a bare ``torch.load`` (to apply saved
+        hyperparameters, which the loop never saves), and a damaged file would end in a traceback.
+        Read it through :class:`AtomicCheckpointIO` instead, which verifies its checksum.
+        """
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if not ckpt_path or str(ckpt_path) in _CKPT_KEYWORDS or not _is_local_file_protocol(str(ckpt_path)):
+            return
+        checkpoint = AtomicCheckpointIO().load_checkpoint(ckpt_path, map_location="cpu", weights_only=True)
+        if checkpoint.get("hyper_parameters"):
+            super()._parse_ckpt_path()
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("seed_everything", "model.seed")
 
@@ -76,18 +96,20 @@ def _root_cause(err: BaseException, kind: type[BaseException]) -> BaseException 
 
 
 def main(args: list[str] | None = None) -> None:
-    """Entry point; configuration and divergence errors print one line and exit non-zero.
+    """Entry point; configuration, checkpoint and divergence errors print one line and exit non-zero.
 
-    Exit codes: 2 for an invalid configuration (nothing was trained), 1 for a diverged run (the
-    checkpoints written before the divergence are kept).
+    Exit codes: 2 for an invalid configuration or an unreadable ``--ckpt_path`` (nothing was
+    trained), 1 for a run that stopped: diverged, a rank lost, a checkpoint that could not be
+    written (the checkpoints written before are kept).
     """
     try:
         FederatedCLI(args=args)
     except Exception as err:
-        for kind, code in ((ConfigError, 2), (DivergenceError, 1), (RankFailure, 1)):
+        for kind, code, prefix in ((ConfigError, 2, ""), (CheckpointError, 2, "--ckpt_path "),
+                                   (DivergenceError, 1, ""), (RankFailure, 1, ""), (CheckpointWriteError, 1, "")):
             cause = _root_cause(err, kind)
             if cause is not None:
-                print(f"error: {cause}", file=sys.stderr)
+                print(f"error: {prefix}{cause}", file=sys.stderr)
                 sys.exit(code)
         raise
 

@@ -18,6 +18,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.callback import AggregationCallback, FederatedCallback
+from lightning_fl.checkpoint_io import install_checkpoint_io
 from lightning_fl.client_rows import DiskRows, RowStore
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.client_table import ClientTable
@@ -184,6 +185,8 @@ class FederatedLoop(LightningModule):
 
     @override
     def setup(self, stage: str) -> None:
+        # Atomic, checksummed checkpoints for CLI and Python runs alike; setup runs before ckpt_path loads.
+        install_checkpoint_io(self.trainer.strategy)
         self.sharding = self._sharding()
         datamodule = self.trainer.datamodule
         if not isinstance(datamodule, FederatedDataModule):
