@@ -14,6 +14,7 @@ from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.datamodules.partitions.config_errors import partition_config_error
 from lightning_fl.distributed import RankFailure
 from lightning_fl.loop import FederatedLoop, check_strategy
+from lightning_fl.out_of_memory import OutOfMemory, explain_out_of_memory, memory_failure
 from lightning_fl.validation import CheckpointError, CheckpointWriteError, ConfigError, DivergenceError
 
 # One "batch" (a round ticket) per epoch by design: no workers needed, nothing to log per batch.
@@ -59,7 +60,14 @@ class FederatedCLI(LightningCLI):
         kwargs.setdefault("seed_everything_default", 0)
         kwargs.setdefault("auto_configure_optimizers", False)
         kwargs.setdefault("parser_class", FederatedArgumentParser)
-        super().__init__(FederatedLoop, FederatedDataModule, *args, subclass_mode_data=True, **kwargs)
+        try:
+            super().__init__(FederatedLoop, FederatedDataModule, *args, subclass_mode_data=True, **kwargs)
+        except Exception as err:
+            # Explained here, where the loop and trainer (and so the numbers) are still at hand.
+            failure = memory_failure(err)
+            if failure is None:
+                raise
+            raise explain_out_of_memory(failure, getattr(self, "model", None), getattr(self, "trainer", None)) from err
 
     def _parse_ckpt_path(self) -> None:
         """Check ``--ckpt_path`` before anything is built: a damaged file fails in one line, at once.
@@ -96,17 +104,18 @@ def _root_cause(err: BaseException, kind: type[BaseException]) -> BaseException 
 
 
 def main(args: list[str] | None = None) -> None:
-    """Entry point; configuration, checkpoint and divergence errors print one line and exit non-zero.
+    """Entry point; configuration, checkpoint, divergence and memory errors print one line and exit non-zero.
 
     Exit codes: 2 for an invalid configuration or an unreadable ``--ckpt_path`` (nothing was
-    trained), 1 for a run that stopped: diverged, a rank lost, a checkpoint that could not be
-    written (the checkpoints written before are kept).
+    trained), 1 for a run that stopped: diverged, out of memory, a rank lost, a checkpoint that could
+    not be written (the checkpoints written before are kept).
     """
     try:
         FederatedCLI(args=args)
     except Exception as err:
         for kind, code, prefix in ((ConfigError, 2, ""), (CheckpointError, 2, "--ckpt_path "),
-                                   (DivergenceError, 1, ""), (RankFailure, 1, ""), (CheckpointWriteError, 1, "")):
+                                   (DivergenceError, 1, ""), (OutOfMemory, 1, ""), (RankFailure, 1, ""),
+                                   (CheckpointWriteError, 1, "")):
             cause = _root_cause(err, kind)
             if cause is not None:
                 print(f"error: {prefix}{cause}", file=sys.stderr)
