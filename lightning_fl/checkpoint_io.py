@@ -146,16 +146,29 @@ def _write_atomically(target: Path, write: Callable[[Any], None]) -> None:
     except BaseException as err:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
-        if isinstance(err, OSError):
+        cause = _os_error(err)
+        if cause is not None:
             kept = "the previous checkpoint there is unchanged" if target.exists() else "no checkpoint was written"
-            failure = CheckpointWriteError(f"{target}: could not write the checkpoint ({err.strerror or err}); {kept}")
-            failure.errno = err.errno
+            failure = CheckpointWriteError(f"{target}: could not write the checkpoint ({cause.strerror or cause}); {kept}")
+            failure.errno = cause.errno
             raise failure from err
         raise
     _fsync_directory(target.parent)  # so that the rename itself survives a power cut
     for stale in target.parent.glob(f".{target.name}.*.tmp"):  # left by a process killed mid-write
         with contextlib.suppress(OSError):
             stale.unlink()
+
+
+def _os_error(err: BaseException) -> OSError | None:
+    """The OSError behind ``err``: torch's zip writer reports a failed write (a full disk) as a
+    ``RuntimeError`` ("unexpected pos ...") raised while handling the ``OSError``."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def _fsync_directory(directory: Path) -> None:

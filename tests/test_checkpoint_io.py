@@ -90,6 +90,34 @@ def test_failed_write_keeps_the_previous_file_and_removes_its_temporary(tmp_path
     assert io.load_checkpoint(path)["federated"]["rounds_completed"] == 2
 
 
+class _FullDisk:
+    """A file that accepts ``room`` bytes, then fails like a full disk."""
+
+    def __init__(self, file, room: int) -> None:  # type: ignore[no-untyped-def]
+        self.file, self.room = file, room
+
+    def write(self, data) -> int:  # type: ignore[no-untyped-def]
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.room -= len(data)
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+def test_disk_filling_up_inside_torch_save_keeps_the_previous_file(tmp_path: Path, monkeypatch) -> None:
+    # torch.save reports the failed write as a RuntimeError ("unexpected pos") raised while handling the OSError.
+    io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
+    io.save_checkpoint(_checkpoint(1.0, rounds=2), path)
+    before = path.read_bytes()
+    monkeypatch.setattr(AtomicCheckpointIO, "_serialize", lambda self, checkpoint, file: torch.save(
+        checkpoint, _FullDisk(file, room=len(before) // 2)))
+    with pytest.raises(CheckpointWriteError, match=r"\(No space left on device\); the previous checkpoint there"):
+        io.save_checkpoint(_checkpoint(2.0, rounds=3), path)
+    assert path.read_bytes() == before and _temporaries(tmp_path) == []
+
+
 def test_interrupted_write_keeps_the_previous_file(tmp_path: Path, monkeypatch) -> None:
     io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
     io.save_checkpoint(_checkpoint(1.0), path)
