@@ -80,8 +80,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         target.parent.mkdir(parents=True, exist_ok=True)
         _write_atomically(target, lambda file: self._serialize(payload, file))
         self.last_saved = target
-        rounds = checkpoint.get("federated", {}).get("rounds_completed") if isinstance(
-            checkpoint.get("federated"), dict) else None
+        federated = checkpoint.get("federated")
+        rounds = federated.get("rounds_completed") if isinstance(federated, dict) else None
         self.last_saved_rounds = rounds if isinstance(rounds, int) else None
 
     def _serialize(self, checkpoint: dict[str, Any], file: Any) -> None:
@@ -95,9 +95,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             _check_file(Path(path))
         try:
             checkpoint = super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
-        except (MemoryError, torch.OutOfMemoryError):
-            raise
         except Exception as err:  # torch.load reports damage as RuntimeError, UnpicklingError, EOFError, ...
+            if isinstance(err, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(err):
+                raise  # too big for the memory there is, not damaged: explained as out of memory
             raise CheckpointError(_unreadable(path, err)) from err
         return verify_checkpoint(checkpoint, path)
 
@@ -149,7 +149,8 @@ def _write_atomically(target: Path, write: Callable[[Any], None]) -> None:
         cause = _os_error(err)
         if cause is not None:
             kept = "the previous checkpoint there is unchanged" if target.exists() else "no checkpoint was written"
-            failure = CheckpointWriteError(f"{target}: could not write the checkpoint ({cause.strerror or cause}); {kept}")
+            reason = cause.strerror or cause
+            failure = CheckpointWriteError(f"{target}: could not write the checkpoint ({reason}); {kept}")
             failure.errno = cause.errno
             raise failure from err
         raise

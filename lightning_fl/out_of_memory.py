@@ -114,7 +114,8 @@ def _numbers(loop: FederatedLoop | None, trainer: pl.Trainer | None) -> str | No
                 if isinstance(table.rows, MemoryRows) and table.shape is not None:
                     per_row = int(torch.Size(table.shape).numel()) * table.dtype.itemsize
                     state, rows = state + per_row * len(table), rows + len(table)
-    parts.append(f"per-client state in memory: {_bytes(state)} ({rows:,} rows; model.client_state: {loop.client_state})")
+    parts.append(f"per-client state in memory: {_bytes(state)} ({rows:,} rows;"
+                 f" model.client_state: {loop.client_state})")
     return "; ".join(parts)
 
 

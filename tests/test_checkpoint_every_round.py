@@ -76,7 +76,8 @@ def test_kill_9_at_a_random_moment_then_resume_gives_the_uninterrupted_weights(t
                        "trainer.callbacks": _callbacks({"class_path": "tests.checkpoint_faults.SlowRounds",
                                                         "init_args": {"seconds": 0.04, **slow}}),
                        "model.keep_client_optimizer_state": True, "model.client_state": "disk",
-                       "model.optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": 0.05, "momentum": 0.9}}})
+                       "model.optimizer": {"class_path": "torch.optim.SGD",
+                                           "init_args": {"lr": 0.05, "momentum": 0.9}}})
 
     gate = tmp_path / "go"
     killed_config = config(gate=str(gate))

@@ -17,7 +17,8 @@ from lightning_fl.validation import CheckpointError, CheckpointWriteError
 
 
 def _checkpoint(value: float = 1.0, rounds: int = 3) -> dict:
-    return {"epoch": rounds - 1, "state_dict": {"w": torch.full((4, 3), value)}, "federated": {"rounds_completed": rounds}}
+    return {"epoch": rounds - 1, "state_dict": {"w": torch.full((4, 3), value)},
+            "federated": {"rounds_completed": rounds}}
 
 
 def _temporaries(folder: Path) -> list[Path]:
@@ -79,7 +80,8 @@ def test_failed_write_keeps_the_previous_file_and_removes_its_temporary(tmp_path
     io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
     io.save_checkpoint(_checkpoint(1.0, rounds=2), path)
     before = path.read_bytes()
-    monkeypatch.setattr(AtomicCheckpointIO, "_serialize", _fail_midway(OSError(errno.ENOSPC, "No space left on device")))
+    full = OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(AtomicCheckpointIO, "_serialize", _fail_midway(full))
     with pytest.raises(CheckpointWriteError) as failure:
         io.save_checkpoint(_checkpoint(2.0, rounds=3), path)
     assert failure.value.errno == errno.ENOSPC
