@@ -96,7 +96,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         try:
             checkpoint = super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
         except Exception as err:  # torch.load reports damage as RuntimeError, UnpicklingError, EOFError, ...
-            if isinstance(err, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(err):
+            if isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)) or "can't allocate memory" in str(err):
                 raise  # too big for the memory there is, not damaged: explained as out of memory
             raise CheckpointError(_unreadable(path, err)) from err
         return verify_checkpoint(checkpoint, path)

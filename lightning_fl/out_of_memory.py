@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from lightning_fl.loop import FederatedLoop
 
 _CPU_ALLOCATOR = "DefaultCPUAllocator: can't allocate memory"
+#: ``torch.OutOfMemoryError`` since torch 2.5; the older name stays as an alias.
+_TORCH_OOM = torch.cuda.OutOfMemoryError
 _REQUEST = re.compile(r"[Tt]ried to allocate ([\d.]+ ?[KMGT]?i?B|\d+ bytes)")
 KNOBS = ("lower model.max_parallel_clients or model.clients_per_round, set model.client_state: disk or"
          " model.engine: sequential, or use a smaller model or trainer.precision: bf16-mixed")
@@ -41,7 +43,7 @@ def memory_failure(err: BaseException | None) -> BaseException | None:
     """The first allocation failure in ``err``'s cause/context chain, or ``None`` if there is none."""
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
-        if isinstance(err, (torch.OutOfMemoryError, MemoryError)) or (
+        if isinstance(err, (_TORCH_OOM, MemoryError)) or (
                 isinstance(err, RuntimeError) and (_CPU_ALLOCATOR in str(err) or "out of memory" in str(err))):
             return err
         seen.add(id(err))
@@ -70,7 +72,7 @@ def _what(err: BaseException) -> str:
     request = _REQUEST.search(str(err))
     amount = _bytes(int(request.group(1).split()[0])) if request and request.group(1).endswith(" bytes") else (
         request.group(1) if request else None)
-    if isinstance(err, torch.OutOfMemoryError) or "CUDA" in str(err):
+    if isinstance(err, _TORCH_OOM) or "CUDA" in str(err):
         kind = "GPU allocation failed"
     elif isinstance(err, MemoryError):
         kind = "Python MemoryError"

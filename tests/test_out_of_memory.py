@@ -25,8 +25,8 @@ def _wrapped(error: BaseException) -> BaseException:
         return outer
 
 
-@pytest.mark.parametrize("error", [torch.OutOfMemoryError(CUDA_MESSAGE), RuntimeError(CPU_MESSAGE), MemoryError()],
-                         ids=["cuda", "cpu-allocator", "python"])
+@pytest.mark.parametrize("error", [torch.cuda.OutOfMemoryError(CUDA_MESSAGE), RuntimeError(CPU_MESSAGE),
+                                   MemoryError()], ids=["cuda", "cpu-allocator", "python"])
 def test_allocation_failures_are_found_in_the_exception_chain(error) -> None:
     assert memory_failure(error) is error
     assert memory_failure(_wrapped(error)) is error
@@ -38,7 +38,7 @@ def test_other_errors_are_not_memory_failures() -> None:
 
 
 @pytest.mark.parametrize(("error", "what"), [
-    (torch.OutOfMemoryError(CUDA_MESSAGE), "GPU allocation failed for 2.00 GiB"),
+    (torch.cuda.OutOfMemoryError(CUDA_MESSAGE), "GPU allocation failed for 2.00 GiB"),
     (RuntimeError(CPU_MESSAGE), "CPU allocation failed for 5.0 GiB"),  # 5368709120 bytes = 5 x 2**30
     (MemoryError(), "Python MemoryError"),
 ])
