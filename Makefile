@@ -7,8 +7,10 @@ CONFIG ?= configs/fedfa_synthetic.yaml
 DATA ?= synthetic_1_1
 ROUNDS ?=
 LOGS ?= lightning_logs
+SEEDS ?= 3
+FRACTION ?= 0.9
 
-.PHONY: train test tensorboard compare tempo bench data clean-venv
+.PHONY: train test tensorboard compare tempo stragglers bench data clean-venv
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +18,7 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-## train: the main job (CONFIG=..., default FedFa on Synthetic(1,1), a few minutes on 2 CPU cores)
+## train: the main job (CONFIG=..., default FedFa on Synthetic(1,1), a few minutes measured on a 2-core CPU)
 train: $(STAMP)
 	$(PY) -m lightning_fl fit --config $(CONFIG)
 
@@ -39,6 +41,13 @@ tempo: $(STAMP)
 	$(PY) -m lightning_fl.compare --save-dir $(LOGS)/tempo $(if $(ROUNDS),--rounds $(ROUNDS)) \
 		Tempo=configs/tempo_synthetic.yaml FedAdp-E4=configs/fedadp_e4_hierarchy_synthetic.yaml \
 		FedAdp-E6=configs/fedadp_e6_hierarchy_synthetic.yaml FedAdp-E8=configs/fedadp_e8_hierarchy_synthetic.yaml
+
+## stragglers: FedProx Fig. 1 on Synthetic(1,1): FedAvg dropping FRACTION (default 0.9) stragglers vs FedProx mu=1
+## and mu=0 keeping their partial work, over SEEDS seeds (a count, default 3, or a list 0,1,2); mean and spread per
+## round as a table and a figure in $(LOGS)/stragglers/FRACTION (finished runs are kept; about 5 minutes)
+stragglers: $(STAMP)
+	$(PY) -m lightning_fl.stragglers --save-dir $(LOGS)/stragglers/$(FRACTION) --seeds $(SEEDS) --fraction $(FRACTION) \
+		$(if $(ROUNDS),--rounds $(ROUNDS))
 
 ## bench: engine benchmark (naive Trainer-per-client, sequential, vectorized, centralized bound) and scaling over
 ## processes (W = 1 vs 2, speed-up, exchange, peak memory per rank); see docs/performance.md

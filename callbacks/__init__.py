@@ -19,6 +19,7 @@ from lightning_fl.callbacks.fedfa import FedFa
 from lightning_fl.callbacks.fedfa_mo import FedFaMo
 from lightning_fl.callbacks.fednova import FedNova
 from lightning_fl.callbacks.fedprox import FedProx
+from lightning_fl.callbacks.global_train_loss import GlobalTrainLoss
 from lightning_fl.callbacks.igfl import IGFL
 from lightning_fl.callbacks.igfl_client import IGFLClient
 from lightning_fl.callbacks.igfl_server import IGFLServer
@@ -47,6 +48,7 @@ __all__ = [
     "FedNova",
     "FedProx",
     "FedYogi",
+    "GlobalTrainLoss",
     "RoundProgressBar",
     "RoundsToTarget",
     "Scaffold",

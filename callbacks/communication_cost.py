@@ -6,14 +6,10 @@ from typing_extensions import override
 
 from lightning_fl.callback import FederatedCallback
 from lightning_fl.federation import Federation
+from lightning_fl.functional.system import transfer_seconds
 from lightning_fl.round_logger import RoundLogger
 from lightning_fl.round_result import RoundResult, RoundTraffic
 from lightning_fl.validation import check_non_negative, check_positive
-
-
-def transfer_seconds(num_bytes: int, bandwidth_mbps: float, latency_ms: float) -> float:
-    """Time to send ``num_bytes`` over a link of ``bandwidth_mbps`` megabits/s with ``latency_ms`` latency."""
-    return latency_ms / 1e3 + num_bytes * 8 / (bandwidth_mbps * 1e6)
 
 
 def estimate_round_seconds(traffic: RoundTraffic, client_link: tuple[float, float],
@@ -36,7 +32,7 @@ def estimate_round_seconds(traffic: RoundTraffic, client_link: tuple[float, floa
 
 
 class CommunicationCost(FederatedCallback):
-    """Communication accounting (SPEC section 6), for Tempo's time-to-target comparison (its Table 1).
+    """Communication accounting (docs/algorithms.md, Communication accounting), for Tempo's time-to-target comparison (its Table 1).
 
     Every round logs, per link level (``client``: client<->server in the flat loop or
     client<->institution in the hierarchy; ``institution``: institution<->server), the bytes sent up and
@@ -44,6 +40,9 @@ class CommunicationCost(FederatedCallback):
     cumulative totals ``comm/total_bytes``. With bandwidths given, it also estimates the elapsed time of
     a real deployment, ``net/round_seconds`` and ``net/elapsed_seconds``: measured compute of the slowest
     client plus transfer times (see :func:`estimate_round_seconds`). The totals are checkpointed.
+    ``model.system`` keeps a simulated clock beside it (``sim/*``): the same transfer times
+    (:func:`~lightning_fl.functional.system.transfer_seconds`) with simulated client speeds instead of
+    the compute measured where the simulation runs.
 
     Args:
         client_bandwidth_mbps: Client link bandwidth in Mbit/s; ``None`` disables the time estimate.

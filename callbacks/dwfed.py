@@ -1,4 +1,4 @@
-"""DWFed: aggregation weights from the index of statistical heterogeneity (SPEC section 5)."""
+"""DWFed: aggregation weights from the index of statistical heterogeneity (docs/algorithms.md, DWFed)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ CLIENT_LR = "client_lr"
 class DWFed(AggregationCallback):
     """DWFed (Frontiers 2022): weights from each client's label-distribution distance to the population.
 
-    SPEC section 5. With ``p_k`` client ``k``'s label distribution and ``P`` the normalised sum of
+    docs/algorithms.md, DWFed. With ``p_k`` client ``k``'s label distribution and ``P`` the normalised sum of
     *all* ``N`` clients' label histograms (train splits):
 
     - ``D_k = sum_c |p_k(c) - P(c)|`` (EMD between label distributions, L1 form, eq. 7);
@@ -38,12 +38,12 @@ class DWFed(AggregationCallback):
     - ``eta_ish = 1`` is eq. 12 (default). The algorithm box writes the client learning rate ``eta``
       there instead; ``eta_ish: client_lr`` selects that variant and reads the client optimizer's
       ``lr`` (``federation.optimizer.lr``) each round.
-    - If every ``ISH_k`` clamps to 0 the weights fall back to uniform (SPEC section 1) with a warning
+    - If every ``ISH_k`` clamps to 0 the weights fall back to uniform (docs/algorithms.md, Server arithmetic) with a warning
       logged once; a one-client cohort gets weight 1.
     - DWFed keeps no state across rounds.
 
-    TensorBoard (step = round number ``t + 1``): ``server/weights`` (histogram and bar chart of
-    ``alpha_k``) and ``server/emd`` (histogram of the cohort's ``D_k``).
+    TensorBoard (step = round number ``t + 1``): ``server/weights`` and ``server/weights_figure``
+    (histogram and bar chart of ``alpha_k``) and ``server/emd`` (histogram of the cohort's ``D_k``).
 
     Args:
         eta_ish: ``eta`` in ``ISH_k``: a number ``>= 0`` or the string ``client_lr``. Default 1.0.

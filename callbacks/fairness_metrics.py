@@ -1,4 +1,4 @@
-"""Per-client fairness metrics of the global model, logged at every evaluation (SPEC section 7)."""
+"""Per-client fairness metrics of the global model, logged at every evaluation (docs/algorithms.md, Fairness metrics)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Adaptive server optimizers FedAdam, FedYogi and FedAdagrad (SPEC section 2; Reddi et al. 2021)."""
+"""Adaptive server optimizers FedAdam, FedYogi and FedAdagrad (docs/algorithms.md, FedAdam / FedYogi / FedAdagrad; Reddi et al. 2021)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from lightning_fl.validation import check_positive, check_range
 class AdaptiveServerOptimizer(FedAvg):
     """Shared implementation of FedAdam / FedYogi / FedAdagrad; use one of the three subclasses.
 
-    SPEC section 2 (Reddi et al. 2021, Algorithm 2, no bias correction), each round::
+    docs/algorithms.md, FedAdam / FedYogi / FedAdagrad (Reddi et al. 2021, Algorithm 2, no bias correction), each round::
 
         w_avg = sum_k n_k y_k / sum_k n_k        (FedAvg aggregate)
         D = w_avg - w^t
@@ -31,14 +31,14 @@ class AdaptiveServerOptimizer(FedAvg):
 
     Math: :func:`lightning_fl.functional.server_optimizers.adaptive_server_step`.
 
-    Readings (SPEC leaves them open; see the functional module):
+    Readings (the paper leaves them open; see the functional module):
 
     - Initial state ``m = 0`` and ``v = tau^2`` (the smallest ``v_{-1}`` Reddi et al.'s Algorithm 2
       allows), not ``v = 0``.
-    - FedAdagrad gets the same first moment ``m`` as the other two, as SPEC writes it (``b1 = 0``
+    - FedAdagrad gets the same first moment ``m`` as the other two, as docs/algorithms.md writes it (``b1 = 0``
       gives the momentum-free Adagrad of some libraries).
     - ``w_avg`` is FedAvg's aggregate, with FedAvg's ``weighting`` option; a sample-count
-      normalisation that sums to 0 falls back to uniform weights and warns once (SPEC section 1).
+      normalisation that sums to 0 falls back to uniform weights and warns once (docs/algorithms.md, Server arithmetic).
     - ``m`` and ``v`` are fp32 on the global model's device and are checkpointed, so a resumed run
       continues exactly. The server step needs only each member's weights and sample count, so it
       also combines institution models in hierarchy mode.
@@ -91,7 +91,7 @@ class AdaptiveServerOptimizer(FedAvg):
 
 
 class FedAdam(AdaptiveServerOptimizer):
-    """FedAdam (Reddi et al. 2021): ``v <- b2 v + (1 - b2) D^2`` (SPEC section 2).
+    """FedAdam (Reddi et al. 2021): ``v <- b2 v + (1 - b2) D^2`` (docs/algorithms.md, FedAdam / FedYogi / FedAdagrad).
 
     Everything else, defaults and readings as in :class:`AdaptiveServerOptimizer`:
     ``D = w_avg - w^t``; ``m <- b1 m + (1 - b1) D``; ``w^{t+1} = w^t + eta m / (sqrt(v) + tau)``;
@@ -109,7 +109,7 @@ class FedAdam(AdaptiveServerOptimizer):
 
 
 class FedYogi(AdaptiveServerOptimizer):
-    """FedYogi (Reddi et al. 2021): ``v <- v - (1 - b2) D^2 sign(v - D^2)`` (SPEC section 2).
+    """FedYogi (Reddi et al. 2021): ``v <- v - (1 - b2) D^2 sign(v - D^2)`` (docs/algorithms.md, FedAdam / FedYogi / FedAdagrad).
 
     ``sign`` is taken of the previous ``v`` minus ``D^2`` (``sign(0) = 0``). Everything else, defaults
     and readings as in :class:`AdaptiveServerOptimizer`: ``D = w_avg - w^t``;
@@ -128,10 +128,10 @@ class FedYogi(AdaptiveServerOptimizer):
 
 
 class FedAdagrad(AdaptiveServerOptimizer):
-    """FedAdagrad (Reddi et al. 2021): ``v <- v + D^2`` (SPEC section 2; ``beta2`` is unused).
+    """FedAdagrad (Reddi et al. 2021): ``v <- v + D^2`` (docs/algorithms.md, FedAdam / FedYogi / FedAdagrad; ``beta2`` is unused).
 
     Everything else, defaults and readings as in :class:`AdaptiveServerOptimizer`:
-    ``D = w_avg - w^t``; ``m <- b1 m + (1 - b1) D`` (the same first moment as FedAdam, as SPEC
+    ``D = w_avg - w^t``; ``m <- b1 m + (1 - b1) D`` (the same first moment as FedAdam, as docs/algorithms.md
     writes it; ``beta1 = 0`` for momentum-free Adagrad); ``w^{t+1} = w^t + eta m / (sqrt(v) + tau)``;
     ``m = 0``, ``v = tau^2`` initially; defaults ``lr = 0.01, beta1 = 0.9, tau = 1e-3``.
 

@@ -1,4 +1,4 @@
-"""FedAdp: aggregation weights from the angle between each client's update and the cohort's (SPEC 2)."""
+"""FedAdp: aggregation weights from the angle between each client's update and the cohort's (docs/algorithms.md, FedAdp)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from lightning_fl.validation import check_non_negative
 class FedAdp(AggregationCallback):
     """FedAdp (Wu & Wang 2021; the Tempo paper's baseline): angle-adaptive aggregation weights.
 
-    SPEC section 2, each round::
+    docs/algorithms.md, FedAdp, each round::
 
         g_k = w^t - y_k;   g = sum_k p_k g_k,   p_k = n_k / sum_j n_j
         theta_k = arccos(cos(g_k, g))                         (radians)
@@ -40,7 +40,7 @@ class FedAdp(AggregationCallback):
     - ``m_k`` is the loop's participation count (``CohortUpdate.participation``). In hierarchy mode
       the members are the institutions and ``m_k`` counts global iterations.
     - Normalisations that sum to 0/NaN/inf (e.g. all ``n_k`` zero) fall back to uniform weights and
-      warn once (SPEC section 1).
+      warn once (docs/algorithms.md, Server arithmetic).
 
     TensorBoard (step = round number ``t + 1``): ``server/weights`` (histogram of ``psi``),
     ``server/smoothed_angle`` (histogram of the cohort's ``th_k``) and the scalar

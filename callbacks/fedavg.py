@@ -1,4 +1,4 @@
-"""FedAvg aggregation (SPEC section 2)."""
+"""FedAvg aggregation (docs/algorithms.md, FedAvg)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from lightning_fl.validation import check_choice
 
 
 class FedAvg(AggregationCallback):
-    """Federated averaging: ``w^{t+1} = sum_k n_k y_k / sum_k n_k`` (SPEC section 2).
+    """Federated averaging: ``w^{t+1} = sum_k n_k y_k / sum_k n_k`` (docs/algorithms.md, FedAvg).
 
     The default aggregation when a run configures none.
 

@@ -1,4 +1,4 @@
-"""FedAvgM: FedAvg with server momentum (SPEC section 2)."""
+"""FedAvgM: FedAvg with server momentum (docs/algorithms.md, FedAvgM)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from lightning_fl.validation import check_positive, check_range
 class FedAvgM(FedAvg):
     """FedAvgM (Hsu et al. 2019): heavy-ball server momentum on the FedAvg pseudo-gradient.
 
-    SPEC section 2, each round::
+    docs/algorithms.md, FedAvgM, each round::
 
         w_avg = sum_k n_k y_k / sum_k n_k        (FedAvg aggregate)
         g = w^t - w_avg                           (pseudo-gradient)
@@ -30,7 +30,7 @@ class FedAvgM(FedAvg):
     :func:`lightning_fl.functional.server_optimizers.fedavgm_step`.
 
     Readings: ``w_avg`` is FedAvg's aggregate, with FedAvg's ``weighting`` option; a sample-count
-    normalisation that sums to 0 falls back to uniform weights and warns once (SPEC section 1). The
+    normalisation that sums to 0 falls back to uniform weights and warns once (docs/algorithms.md, Server arithmetic). The
     server step needs only each member's weights and sample count, so it also combines institution
     models in hierarchy mode.
 

@@ -1,4 +1,4 @@
-"""FedFa: information-quantity weights and server momentum (SPEC section 3)."""
+"""FedFa: information-quantity weights and server momentum (docs/algorithms.md, FedFa)."""
 
 from __future__ import annotations
 
@@ -27,19 +27,19 @@ from lightning_fl.validation import (
 
 
 def log_client_weights(log: RoundLogger, weights: Tensor, client_ids: Tensor, title: str, figure: bool) -> None:
-    """Log ``(K,)`` aggregation weights as ``server/weights`` (histogram, and a bar chart when ``figure``).
+    """Log ``(K,)`` aggregation weights: histogram ``server/weights``, bar chart ``server/weights_figure`` when ``figure``.
 
     The step is the round number ``t + 1`` (``log.step``): the weights produced ``w^{t+1}``.
     """
     log.log_histogram("server/weights", weights.detach().float())
     if figure:
-        log.log_figure("server/weights", weights_figure(weights, client_ids.tolist(), log.step, title))
+        log.log_figure("server/weights_figure", weights_figure(weights, client_ids.tolist(), log.step, title))
 
 
 class FedFa(AggregationCallback):
     r"""FedFa (fairness and accuracy, Information Sciences 2022): information weights + double momentum.
 
-    SPEC section 3 (paper eqs. 3-15). The client side is plain local training with the momentum
+    docs/algorithms.md, FedFa (paper eqs. 3-15). The client side is plain local training with the momentum
     optimizer of the config (``model.optimizer: torch.optim.SGD(momentum=gamma_c)``, "client
     momentum"); each client reports its final-epoch training accuracy ``train_acc_k`` and its
     participation count ``f_k`` (rounds it has been in a cohort, this one included). The server,
@@ -63,16 +63,16 @@ class FedFa(AggregationCallback):
       (``-log2(1 - f')`` grows with ``f'``), exactly as eq. 12 is written; the accuracy term gives
       more weight to clients with *lower* training accuracy.
     - **Sign of the server momentum:** the paper's printed sign would undo the clients' progress on
-      its first step; we implement the descent form above (SPEC 3.5).
+      its first step; we implement the descent form above (docs/algorithms.md, FedFa).
     - ``server_lr`` multiplies the buffer when it is applied, not the pseudo-gradient inside it (the
       two agree for the default ``server_lr = 1``).
     - Degenerate normalisations (all training accuracies 0, a one-client cohort, ...) fall back to
-      uniform weights (SPEC section 1); a warning is logged once except for a one-client cohort,
+      uniform weights (docs/algorithms.md, Server arithmetic); a warning is logged once except for a one-client cohort,
       whose weight is 1.
     - The momentum buffer starts at zero and is checkpointed, so a resumed run continues exactly.
 
-    TensorBoard (step = round number ``t + 1``): ``server/weights`` (histogram and bar chart of the
-    cohort's weights, the chart every ``figure_every_n_rounds`` rounds) and the scalar
+    TensorBoard (step = round number ``t + 1``): ``server/weights`` (histogram of the cohort's
+    weights), ``server/weights_figure`` (their bar chart, every ``figure_every_n_rounds`` rounds) and the scalar
     ``server/momentum_norm`` (``||m||_2`` after the update).
 
     Args:
@@ -81,7 +81,7 @@ class FedFa(AggregationCallback):
         server_momentum: ``gamma_s`` in ``[0, 1]``. Default 0.5.
         server_lr: ``eta_s > 0``. Default 1.0.
         period: ``b >= 1``: apply the momentum step every ``b`` rounds. Default 1.
-        momentum_form: ``heavy_ball`` (journal, default) or ``ema`` (arXiv variant).
+        momentum_form: ``heavy_ball`` (journal, default) or ``ema`` (ours; docs/algorithms.md, FedFa).
         figure_every_n_rounds: Log the weights bar chart every this many rounds (0: never; the
             histogram is logged every round). Default 1.
 

@@ -1,4 +1,4 @@
-"""FedFa-mo: FedFa's double momentum with FedAvg sample-size weights (SPEC section 3, the ablation)."""
+"""FedFa-mo: FedFa's double momentum with FedAvg sample-size weights (docs/algorithms.md, FedFa-mo, the ablation)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from lightning_fl.validation import check_choice
 class FedFaMo(FedFa):
     """FedFa-mo (FedFa paper, Table 3): double momentum only, FedAvg weights ``n_k / sum n``.
 
-    SPEC section 3: ``w_agg = sum_k n_k y_k / sum_k n_k``; then exactly :class:`FedFa`'s server
+    docs/algorithms.md, FedFa-mo: ``w_agg = sum_k n_k y_k / sum_k n_k``; then exactly :class:`FedFa`'s server
     momentum in descent form: ``g = w^t - w_agg``; ``heavy_ball`` ``m <- gamma_s m + g`` or ``ema``
     ``m <- gamma_s m + (1 - gamma_s) g``, updated every round; ``w^{t+1} = w^t - eta_s m`` when
     ``(t + 1) % b == 0``, else ``w_agg``. Client momentum comes from the optimizer config
     (``SGD(momentum=...)``). The paper's sign of the server momentum is flipped to the descent form
     (see :class:`FedFa`). With ``server_momentum = 0`` and ``period = 1`` this is FedAvg.
 
-    TensorBoard: ``server/weights`` (histogram and bar chart of ``n_k / sum n``) and
+    TensorBoard: ``server/weights`` and ``server/weights_figure`` (histogram and bar chart of ``n_k / sum n``) and
     ``server/momentum_norm``, with the round number as step.
 
     Args:

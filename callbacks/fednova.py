@@ -1,4 +1,4 @@
-"""FedNova: normalised averaging of local updates (SPEC section 2)."""
+"""FedNova: normalised averaging of local updates (docs/algorithms.md, FedNova)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from lightning_fl.validation import ConfigError
 class FedNova(AggregationCallback):
     """FedNova (Wang et al. 2020) with the momentum-aware normaliser.
 
-    SPEC section 2, each round::
+    docs/algorithms.md, FedNova, each round::
 
         p_k = n_k / sum_j n_j
         a_k = tau_k                                               (plain SGD)
@@ -38,7 +38,7 @@ class FedNova(AggregationCallback):
       buffer kept between participations (``model.keep_client_optimizer_state``); in those cases the
       run goes on with the formula above and a warning is logged once at the start of training.
     - A client with ``tau_k = 0`` contributes ``d_k = 0`` and still counts in ``p_k``.
-    - All ``n_k`` zero: ``p_k`` falls back to uniform and a warning is logged once (SPEC section 1).
+    - All ``n_k`` zero: ``p_k`` falls back to uniform and a warning is logged once (docs/algorithms.md, Server arithmetic).
     - Stateless across rounds. ``num_steps`` of an institution in hierarchy mode is not a step count
       of one optimizer, so FedNova does not run in hierarchy mode.
 

@@ -1,4 +1,4 @@
-"""FedProx: FedAvg on the server, a proximal term on every client (SPEC section 2)."""
+"""FedProx: FedAvg on the server, a proximal term on every client (docs/algorithms.md, FedProx)."""
 
 from __future__ import annotations
 

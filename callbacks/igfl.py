@@ -1,4 +1,4 @@
-"""IGFL: IGFL-C on the clients and IGFL-S on the server, sharing one state (SPEC section 4)."""
+"""IGFL: IGFL-C on the clients and IGFL-S on the server, sharing one state (docs/algorithms.md, IGFL)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from lightning_fl.callbacks.igfl_server import IGFLServer
 class IGFL(IGFLClientHooks, IGFLServer):
     """IGFL (IJCAI 2021): client correction (Algorithm 2) plus attention aggregation (Algorithm 3).
 
-    SPEC section 4. One callback, one state: ``dW_ps = w^t - w^{t-1}`` (zeros at ``t = 0``) and per
+    docs/algorithms.md, IGFL. One callback, one state: ``dW_ps = w^t - w^{t-1}`` (zeros at ``t = 0``) and per
     client ``dW_k_prev = y_k - w`` of its last participation (zeros if none), used both by the
     client hooks and, in ``time`` mode, by the server's attention.
 
@@ -24,7 +24,7 @@ class IGFL(IGFLClientHooks, IGFLServer):
     The readings of :class:`~lightning_fl.callbacks.IGFLClient` and :class:`~lightning_fl.callbacks.IGFLServer` apply. Note
     that ``dW_ps`` is the *attention* aggregate's step, not FedAvg's.
 
-    TensorBoard: ``server/attention`` (heat map, the paper's Fig. 2) and ``server/weights``.
+    TensorBoard: ``server/attention_figure`` (heat map, the paper's Fig. 2) and ``server/weights``.
 
     Args:
         attention: ``self`` (default), ``global`` or ``time``.

@@ -1,4 +1,4 @@
-"""IGFL-C: the IGFL client correction with a FedAvg server (SPEC section 4, Algorithm 2).
+"""IGFL-C: the IGFL client correction with a FedAvg server (docs/algorithms.md, IGFL-C, Algorithm 2).
 
 Also home of what every IGFL callback shares: :class:`IGFLState` (``dW_ps`` and each client's
 ``dW_k_prev``) and :class:`IGFLClientHooks` (the per-step correction on ``(C, ...)`` tensors).
@@ -20,7 +20,7 @@ _CACHE_CONSTANT = "igfl/constant"
 
 
 class IGFLState:
-    """Mixin: IGFL's declared state across rounds (SPEC section 4), shared by every IGFL callback.
+    """Mixin: IGFL's declared state across rounds (docs/algorithms.md, IGFL-C), shared by every IGFL callback.
 
     ``server_delta`` is ``dW_ps = w^t - w^{t-1}`` as a flat ``(d,)`` vector (``None`` means zeros:
     round 0); ``prev_delta`` holds per client ``dW_k_prev = y_k - w`` of its last participation
@@ -68,7 +68,7 @@ class IGFLClientHooks:
         server = layout.unflatten(self.server_delta_like(flat_like))
         # D_G = D_I / K + [(0 - dW_k_prev / T) / K + dW_ps / T]: the bracket is constant during local
         # training, so it is computed once here with the same function (D_I = 0), and each step only
-        # adds D_I / K to it (algebraically the SPEC formula; about 8x cheaper per step).
+        # adds D_I / K to it (algebraically the documented formula; about 8x cheaper per step).
         constant = {}
         for name, value in ctx.global_params.items():
             p = prev[name].to(value.dtype)
@@ -88,7 +88,7 @@ class IGFLClientHooks:
 class IGFLClient(IGFLClientHooks, IGFLState, FedAvg):
     """IGFL-C (IJCAI 2021, Algorithm 2): group-behaviour correction of every local step, FedAvg server.
 
-    SPEC section 4. State: ``dW_ps = w^t - w^{t-1}`` (zeros at ``t = 0``) and per client
+    docs/algorithms.md, IGFL-C. State: ``dW_ps = w^t - w^{t-1}`` (zeros at ``t = 0``) and per client
     ``dW_k_prev = y_k - w`` of its last participation (zeros if none). Client ``k`` with ``T = tau_k``
     local steps in a cohort of ``K``: after each optimizer step ``D_I = w_after - w_before``
     (``-eta_l g`` for plain SGD) the parameters get ``D_G = (1/K) (D_I - dW_k_prev / T) + dW_ps / T``

@@ -1,4 +1,4 @@
-"""IGFL-S: attention-based aggregation (SPEC section 4, Algorithm 3)."""
+"""IGFL-S: attention-based aggregation (docs/algorithms.md, IGFL-S, Algorithm 3)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from lightning_fl.validation import ConfigError, check_choice
 class IGFLServer(IGFLState, AggregationCallback):
     """IGFL-S (IJCAI 2021, Algorithm 3): attention-based federated learning on the server.
 
-    SPEC section 4. Values and keys are the cohort deltas ``D_j = y_j - w^t``; scores
+    docs/algorithms.md, IGFL-S. Values and keys are the cohort deltas ``D_j = y_j - w^t``; scores
     ``s = psi(q, D_j) / temperature`` with a softmax over ``j`` in the cohort:
 
     - ``self``: ``q_i = D_i``; ``w^{t+1} = w^t + (1/K) sum_i sum_j alpha_ij D_j`` (``K x K`` matrix);
@@ -37,7 +37,7 @@ class IGFLServer(IGFLState, AggregationCallback):
 
     Readings:
 
-    - ``time`` uses SPEC's reading: client ``j``'s previous delta is scored against its *own*
+    - ``time`` uses our reading (docs/algorithms.md, IGFL-S): client ``j``'s previous delta is scored against its *own*
       current delta (the paper's printed denominator mixes indices). ``dW_j_prev = y_j - w`` of the
       client's last participation, which may be many rounds ago under sampling; a client seen for
       the first time has ``dW_j_prev = 0`` and score 0.
@@ -45,7 +45,7 @@ class IGFLServer(IGFLState, AggregationCallback):
     - Used alone, IGFL-S keeps its own store of previous deltas (only in ``time`` mode, which needs
       it); :class:`~lightning_fl.callbacks.IGFL` shares one store between client and server.
 
-    TensorBoard (step = round number ``t + 1``): ``server/attention``, the attention matrix
+    TensorBoard (step = round number ``t + 1``): ``server/attention_figure``, the attention matrix
     (``self``) or vector as a heat map with client ids on the axes (the paper's Fig. 2), every
     ``figure_every_n_rounds`` rounds; ``server/weights``, a histogram of each client's effective
     weight (``mean_i alpha_ij`` for ``self``, ``alpha_j`` otherwise).
@@ -104,4 +104,4 @@ class IGFLServer(IGFLState, AggregationCallback):
         effective = attention.mean(dim=0) if attention.dim() == 2 else attention
         log.log_histogram("server/weights", effective.detach().float())
         if self.figure_every_n_rounds > 0 and round_idx % self.figure_every_n_rounds == 0:
-            log.log_figure("server/attention", attention_figure(attention, client_ids.tolist(), log.step))
+            log.log_figure("server/attention_figure", attention_figure(attention, client_ids.tolist(), log.step))

@@ -1,4 +1,4 @@
-"""q-FFL / q-FedAvg: fair resource allocation (SPEC section 2)."""
+"""q-FFL / q-FedAvg: fair resource allocation (docs/algorithms.md, q-FFL)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from lightning_fl.validation import ConfigError, check_non_negative
 class QFFL(AggregationCallback):
     """q-FFL / q-FedAvg (Li et al. 2020): clients with a higher loss get a larger share of the update.
 
-    SPEC section 2, each round, with ``eta_l`` the client learning rate::
+    docs/algorithms.md, q-FFL, each round, with ``eta_l`` the client learning rate::
 
         L = 1 / eta_l
         F_k = loss_before_k + 1e-10      (loss of w^t on client k's train split, before training)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import TQDMProgressBar
+from pytorch_lightning.callbacks.progress.tqdm_progress import Tqdm
 from typing_extensions import override
 
 
@@ -25,11 +27,12 @@ class RoundProgressBar(TQDMProgressBar):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.train_progress_bar = self.init_train_tqdm()
-        self.train_progress_bar.reset(total=trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None)
-        self.train_progress_bar.initial = trainer.current_epoch
-        self.train_progress_bar.n = trainer.current_epoch
-        self.train_progress_bar.set_description("Rounds")
+        # Built with its description, total and start at once: tqdm prints a bar when it is created, so
+        # the stock "Training: 0/?" bar followed by a reset would leave a stale line in a log file.
+        total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
+        self.train_progress_bar = Tqdm(desc="Rounds", total=total, initial=trainer.current_epoch,
+                                       position=2 * self.process_position, disable=self.is_disabled, leave=True,
+                                       dynamic_ncols=True, file=sys.stdout, smoothing=0, bar_format=self.BAR_FORMAT)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:

@@ -1,4 +1,4 @@
-"""Rounds-to-target: when a monitored metric first reaches a target (SPEC section 7)."""
+"""Rounds-to-target: when a monitored metric first reaches a target (docs/algorithms.md, Rounds to target)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,10 @@ class RoundsToTarget(FederatedCallback):
     As in DWFed Table 2 and Tempo Table 1. The wall time counts training and evaluation of this run
     and of the runs it was resumed from (the elapsed time is part of the checkpointed state). With a
     :class:`~lightning_fl.callbacks.CommunicationCost` network model in the run, the estimated deployment time
-    (``net/elapsed_seconds``) at that round is recorded too.
-    Logs ``target/round`` and ``target/seconds`` once reached and writes ``rounds_to_target.json`` in
+    (``net/elapsed_seconds``) at that round is recorded too, and with a simulated system
+    (``model.system``) the simulated time ``sim/elapsed_seconds`` (stragglers, deadlines and
+    transfers on the simulated clock).
+    Logs ``target/round``, ``target/seconds`` (and ``target/sim_seconds``) once reached and writes ``rounds_to_target.json`` in
     the log directory at the end of the run.
 
     Args:
@@ -49,6 +51,7 @@ class RoundsToTarget(FederatedCallback):
         self.add_server_state("reached_round")
         self.add_server_state("reached_seconds")
         self.add_server_state("reached_estimated_seconds")
+        self.add_server_state("reached_sim_seconds")
         self.add_server_state("elapsed_before", 0.0)  # wall time of earlier sessions (resumed runs)
         self._session_start = time.perf_counter()
 
@@ -72,14 +75,16 @@ class RoundsToTarget(FederatedCallback):
             os.makedirs(log_dir, exist_ok=True)
             with open(os.path.join(log_dir, "rounds_to_target.json"), "w") as f:
                 json.dump(self.result(), f, indent=2)
-        reached = (f"round {self.reached_round} after {self.reached_seconds:.1f} s" if self.reached_round
+        simulated = "" if self.reached_sim_seconds is None else f" ({self.reached_sim_seconds:.1f} simulated s)"
+        reached = (f"round {self.reached_round} after {self.reached_seconds:.1f} s{simulated}" if self.reached_round
                    else f"not reached in {trainer.global_step} rounds")
         rank_zero_info(f"Rounds to {self.monitor} {'>=' if self.mode == 'max' else '<='} {self.target}: {reached}")
 
     def result(self) -> dict[str, Any]:
         """The target, whether and when it was reached."""
         return {"monitor": self.monitor, "target": self.target, "mode": self.mode, "round": self.reached_round,
-                "seconds": self.reached_seconds, "estimated_seconds": self.reached_estimated_seconds}
+                "seconds": self.reached_seconds, "estimated_seconds": self.reached_estimated_seconds,
+                "sim_seconds": self.reached_sim_seconds}
 
     def _elapsed(self) -> float:
         return self.elapsed_before + time.perf_counter() - self._session_start
@@ -95,8 +100,12 @@ class RoundsToTarget(FederatedCallback):
             self.reached_seconds = self._elapsed()
             estimated = trainer.callback_metrics.get("net/elapsed_seconds")
             self.reached_estimated_seconds = None if estimated is None else float(estimated)
-            RoundLogger(pl_module.loggers, self.reached_round).log_scalars(
-                {"target/round": float(self.reached_round), "target/seconds": self.reached_seconds})
+            simulated = trainer.callback_metrics.get("sim/elapsed_seconds")
+            self.reached_sim_seconds = None if simulated is None else float(simulated)
+            scalars = {"target/round": float(self.reached_round), "target/seconds": self.reached_seconds}
+            if self.reached_sim_seconds is not None:
+                scalars["target/sim_seconds"] = self.reached_sim_seconds
+            RoundLogger(pl_module.loggers, self.reached_round).log_scalars(scalars)
             if self.stop:
                 trainer.should_stop = True
 

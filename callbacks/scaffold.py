@@ -1,4 +1,4 @@
-"""SCAFFOLD: control variates that correct client drift (SPEC section 2, option II)."""
+"""SCAFFOLD: control variates that correct client drift (docs/algorithms.md, SCAFFOLD, option II)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ _CACHE_KEY = "scaffold"
 class Scaffold(AggregationCallback):
     """SCAFFOLD (Karimireddy et al. 2020) with option II control variates.
 
-    SPEC section 2. State: a server control ``c`` and one control ``c_k`` per client, all zeros at
+    docs/algorithms.md, SCAFFOLD. State: a server control ``c`` and one control ``c_k`` per client, all zeros at
     start.
 
     - Client, every local step: the gradient ``g`` of the local loss is replaced by ``g - c_k + c``

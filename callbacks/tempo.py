@@ -1,4 +1,4 @@
-"""Tempo: adaptive local epochs per institution in three-layer training (SPEC section 6)."""
+"""Tempo: adaptive local epochs per institution in three-layer training (docs/algorithms.md, Tempo)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from lightning_fl.validation import ConfigError, check_positive
 class Tempo(FederatedCallback):
     """Sets each institution's local epochs from its distance to the new global model.
 
-    After every global iteration (SPEC section 6, Tempo ICASSP 2022):
+    After every global iteration (docs/algorithms.md, Tempo; Tempo ICASSP 2022):
     ``omega_m = ||w^(m) - w^(c)||`` (flattened L2 between institution ``m``'s model and the new server
     model), ``l_m = ln(omega_m)`` and
     ``tau_c^(m) = max(1, ceil((c/2) / (l_min - l_max) * (3 l_m + l_min - 4 l_max)))``:

@@ -1,4 +1,4 @@
-"""Federated datamodules and seeded partitions (SPEC section 8).
+"""Federated datamodules and seeded partitions (docs/algorithms.md, Data).
 
 * :class:`FederatedDataModule`: base class; builds :class:`FederatedData` once, hands the loop
   "round ticket" dataloaders, reports label histograms / EMD and a partition heat map.

@@ -1,4 +1,4 @@
-"""Assemble a federation from a pooled data set and per-client index lists (SPEC section 8)."""
+"""Assemble a federation from a pooled data set and per-client index lists (docs/algorithms.md, Data)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def build_from_pooled(
     test_fraction: float,
     generator: torch.Generator,
 ) -> FederatedData:
-    """Assemble :class:`FederatedData` from a pooled dataset and per-client index lists (SPEC section 8).
+    """Assemble :class:`FederatedData` from a pooled dataset and per-client index lists (docs/algorithms.md, Data).
 
     Each client's indices are split into train and test with :func:`~lightning_fl.datamodules.split.split_train_test`
     (clients in order, all drawing from ``generator``); the splits are concatenated client by client.

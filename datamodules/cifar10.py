@@ -1,4 +1,4 @@
-"""CIFAR-10 from the standard python pickle archive, partitioned among clients (SPEC section 8).
+"""CIFAR-10 from the standard python pickle archive, partitioned among clients (docs/algorithms.md, Data).
 
 The loader reads ``cifar-10-python.tar.gz`` (the archive at :data:`CIFAR10_URL`) directly, without
 extracting it, from ``<data_dir>/`` or ``<data_dir>/cifar10/``; an already extracted

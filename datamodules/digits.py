@@ -1,4 +1,4 @@
-"""scikit-learn's 8x8 handwritten digits, partitioned among clients (SPEC section 8).
+"""scikit-learn's 8x8 handwritten digits, partitioned among clients (docs/algorithms.md, Data).
 
 A small real dataset (1797 samples, 10 classes) that ships with scikit-learn, so the federated
 partitions can be exercised on real images without a download.
@@ -17,7 +17,7 @@ __all__ = ["DigitsDataModule"]
 
 
 class DigitsDataModule(PooledDataModule):
-    """``sklearn.datasets.load_digits`` split among clients by any pooled partition (SPEC section 8).
+    """``sklearn.datasets.load_digits`` split among clients by any pooled partition (docs/algorithms.md, Data).
 
     Pixel values ``0..16`` are scaled to ``[0, 1]`` (float32). Inputs have shape ``(64,)`` when
     ``flatten`` (for logistic regression / MLP clients), otherwise ``(1, 8, 8)`` (for CNN clients).

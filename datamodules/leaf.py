@@ -6,7 +6,7 @@ A LEAF data directory has ``train/*.json`` and usually ``test/*.json``; every fi
      "user_data": {"f0000_14": {"x": [[...], ...], "y": [3, ...]}, ...}}
 
 (an optional ``"hierarchies"`` list is ignored). Each user is one client, loaded as it is: the natural
-partition of the data set (SPEC section 8). Inputs may be numbers (FEMNIST: 784 floats per sample,
+partition of the data set (docs/algorithms.md, Data). Inputs may be numbers (FEMNIST: 784 floats per sample,
 reshaped with ``input_shape``) or strings (Shakespeare: 80-character windows, encoded with LEAF's
 80-letter alphabet :data:`LEAF_LETTERS`; the target is the next character). Sent140's raw tweets need
 a word embedding (GloVe) that is not bundled and are rejected with a one-line message.
@@ -127,6 +127,12 @@ def _to_labels(labels: list, what: str) -> Tensor:
         if any(len(s) != 1 for s in labels):
             raise CorruptDataError(f"{what}: string labels must be single characters")
         return torch.from_numpy(encode_text("".join(labels)).astype(np.int64))
+    values = np.asarray(labels)
+    if values.dtype.kind == "f":  # np.int64 would truncate 0.7 to class 0 without a word
+        whole = np.isfinite(values) & (values == np.round(values))
+        if not whole.all():
+            bad = int(np.flatnonzero(~whole)[0])
+            raise CorruptDataError(f"{what}: labels must be whole numbers (class indices); sample {bad} has {values[bad].item()!r}")
     try:
         return torch.as_tensor(np.asarray(labels, dtype=np.int64))
     except (ValueError, TypeError) as err:
@@ -134,7 +140,7 @@ def _to_labels(labels: list, what: str) -> Tensor:
 
 
 class LeafDataModule(FederatedDataModule):
-    """A LEAF-format data set, one client per user, as the JSON files partition it (SPEC section 8).
+    """A LEAF-format data set, one client per user, as the JSON files partition it (docs/algorithms.md, Data).
 
     Users come in the order of the train files (sorted by file name, then each file's ``users``).
     With a ``test`` folder, a user's test samples are the ones listed there (users without test

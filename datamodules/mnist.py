@@ -1,4 +1,4 @@
-"""MNIST and Fashion-MNIST from their IDX files, partitioned among clients (SPEC section 8).
+"""MNIST and Fashion-MNIST from their IDX files, partitioned among clients (docs/algorithms.md, Data).
 
 Files (``.gz`` as distributed, or decompressed) are looked up in ``<data_dir>/fashion-mnist/`` and
 ``<data_dir>/mnist/``; Fashion-MNIST also in ``/usr/share/datasets/fashion-mnist/``, where the

@@ -1,4 +1,4 @@
-"""Federations made by partitioning one pooled labelled dataset (SPEC section 8).
+"""Federations made by partitioning one pooled labelled dataset (docs/algorithms.md, Data).
 
 :class:`PooledDataModule` takes ``(x, y)`` tensors (or loads them in an overridden
 :meth:`~PooledDataModule.load_pooled`), splits the samples among clients with one of the seeded
@@ -36,7 +36,7 @@ def _check_partition(partition: Partition | None, default: Partition) -> Partiti
 
 
 class PooledDataModule(FederatedDataModule):
-    """Partition a pooled dataset into clients: IID, Dirichlet, ``#C = k`` shards or quantity skew (SPEC section 8).
+    """Partition a pooled dataset into clients: IID, Dirichlet, ``#C = k`` shards or quantity skew (docs/algorithms.md, Data).
 
     The partition's own options are checked when it is constructed; the checks that need the labels
     (``num_clients`` against the sample count, ``classes_per_client`` against the classes present,

@@ -1,4 +1,4 @@
-"""The seeded train/test split inside one client (SPEC section 8: 80/20 per client, as FedFa)."""
+"""The seeded train/test split inside one client (docs/algorithms.md, Data: 80/20 per client, as FedFa)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FedProx Synthetic(alpha, beta) and Synthetic-IID data (SPEC section 8; FedFa Sec. 4.1).
+"""FedProx Synthetic(alpha, beta) and Synthetic-IID data (docs/algorithms.md, Data; FedFa Sec. 4.1).
 
 The generator follows the FedProx reference code (``data/synthetic_*/generate_*.py``, Li et al.
 2020), which the FedFa paper uses with ``(alpha, beta) in {(0, 0), (0.5, 0.5), (1, 1)}`` and IID:
@@ -54,7 +54,7 @@ def generate_synthetic(
     seed: int = 0,
     max_samples_per_client: int | None = None,
 ) -> list[tuple[Tensor, Tensor]]:
-    """Generate FedProx Synthetic(alpha, beta) or Synthetic-IID users (SPEC section 8).
+    """Generate FedProx Synthetic(alpha, beta) or Synthetic-IID users (docs/algorithms.md, Data).
 
     Args:
         alpha: Standard deviation of ``u_k`` (how much the users' models differ). Ignored when ``iid``.
@@ -116,7 +116,7 @@ def generate_synthetic(
 
 
 class SyntheticDataModule(FederatedDataModule):
-    """FedFa's synthetic federations: ``Synthetic_0_0``, ``_0.5_0.5``, ``_1_1`` and ``_iid`` (SPEC section 8).
+    """FedFa's synthetic federations: ``Synthetic_0_0``, ``_0.5_0.5``, ``_1_1`` and ``_iid`` (docs/algorithms.md, Data).
 
     The clients are the generator's natural users; each user's samples are split at random into
     train and test (80/20 by default, as FedFa). Generation and split use independent seeded streams.

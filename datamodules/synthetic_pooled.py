@@ -14,7 +14,7 @@ from lightning_fl.validation import ConfigError, check_positive
 
 def generate_synthetic_pool(num_samples: int, num_features: int = 60, num_classes: int = 10,
                             seed: int = 0, max_draws: int = 20_000_000) -> tuple[Tensor, Tensor]:
-    """Class-balanced draws of the Synthetic-IID model (SPEC section 8).
+    """Class-balanced draws of the Synthetic-IID model (docs/algorithms.md, Data).
 
     One ``W, b ~ N(0, 1)``, ``x ~ N(0, Sigma)`` with ``Sigma = diag(j^-1.2)``, ``y = argmax(x W + b)``.
     The argmax of a random linear model makes some classes rare (well under 1%), which would leave

@@ -95,7 +95,7 @@ def stratified_subsample(labels: Tensor, fraction: float, generator: torch.Gener
 
 
 class TrainTestPoolDataModule(PooledDataModule):
-    """A dataset with official train/test files, partitioned into clients (SPEC section 8).
+    """A dataset with official train/test files, partitioned into clients (docs/algorithms.md, Data).
 
     Subclasses implement :meth:`load_train_test` (``uint8`` images and integer labels of both files)
     and set ``MEAN``/``STD`` (per-channel statistics of the training images, in ``[0, 1]`` units).

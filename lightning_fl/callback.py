@@ -21,11 +21,12 @@ from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.engines.hooks import ClientHooks
 from lightning_fl.evaluation import ClientEvaluation
 from lightning_fl.federation import Federation
+from lightning_fl.init_args import RecordsInitArgs
 from lightning_fl.round_logger import RoundLogger
 from lightning_fl.round_result import RoundPlan, RoundResult
 
 
-class FederatedCallback(DeclaredState, ClientHooks, Callback):
+class FederatedCallback(RecordsInitArgs, DeclaredState, ClientHooks, Callback):
     """A Lightning ``Callback`` with federated round hooks, client-side hooks and declared state.
 
     Round hooks (below) run on the server between local training and evaluation. Client-side hooks
@@ -56,11 +57,11 @@ class AggregationCallback(FederatedCallback):
     """The one callback per run that computes ``w^{t+1}`` from ``w^t`` and the cohort's update.
 
     Subclasses implement :meth:`aggregate` as a thin wrapper over pure functions in
-    ``lightning_fl.functional``; all inputs are fp32 on the global model's device (SPEC section 1).
+    ``lightning_fl.functional``; all inputs are fp32 on the global model's device (docs/algorithms.md, Server arithmetic).
 
     Attributes:
         supports_hierarchy: Whether the server step only needs each member's weights and sample count,
-            so it can combine institution models in hierarchy mode (SPEC section 6).
+            so it can combine institution models in hierarchy mode (docs/algorithms.md, Three-layer hierarchy).
         supports_reduce: Whether the server step reads the clients' weights only through
             ``update.weighted_sum``, so several processes may exchange partial sums instead of every
             client's weights (``model.exchange: reduce``).
@@ -87,10 +88,10 @@ class AggregationCallback(FederatedCallback):
         """
 
     def warn_degenerate_once(self, what: str, round_idx: int) -> None:
-        """Warn (once per kind) that a weight normalisation fell back to uniform weights (SPEC 1)."""
+        """Warn (once per kind) that a weight normalisation fell back to uniform weights (docs/algorithms.md, Server arithmetic)."""
         if what not in self._warned:
             self._warned.add(what)
-            rank_zero_warn(f"round {round_idx}: {type(self).__name__} {what} summed to 0/NaN/inf;"
+            rank_zero_warn(f"round {round_idx + 1}: {type(self).__name__} {what} summed to 0/NaN/inf;"
                            " using uniform weights over the cohort (warned once)")
 
     def warn_once(self, what: str, message: str) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import warnings
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, NoReturn
 
 from lightning_fabric.utilities.cloud_io import _is_local_file_protocol
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
@@ -13,7 +15,7 @@ from lightning_fl.checkpoint_io import AtomicCheckpointIO
 from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.datamodules.partitions.config_errors import partition_config_error
 from lightning_fl.distributed import RankFailure
-from lightning_fl.loop import FederatedLoop, check_strategy
+from lightning_fl.loop import FederatedLoop, check_precision, check_strategy
 from lightning_fl.out_of_memory import OutOfMemory, explain_out_of_memory, memory_failure
 from lightning_fl.validation import CheckpointError, CheckpointWriteError, ConfigError, DivergenceError
 
@@ -24,6 +26,20 @@ for _pattern in (".*does not have many workers which may be a bottleneck.*",
                  ".*The number of training batches .* is smaller than the logging interval.*",
                  ".*when logging on epoch level in distributed setting to accumulate the metric.*"):
     warnings.filterwarnings("ignore", _pattern)
+# Printed once per run by Lightning/torch internals, about nothing a user of this CLI can change.
+warnings.filterwarnings("ignore", r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
+# A resumed run continues in its checkpoint's run directory and rewrites last.ckpt there by design.
+warnings.filterwarnings("ignore", r"Checkpoint directory .* exists and is not empty\.")
+
+
+class _NoAdverts(logging.Filter):
+    """Drops Lightning's "💡 Tip: try installing litlogger/litmodels" lines (adverts, not information)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith("💡 Tip")
+
+
+logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdverts())
 
 #: ``ckpt_path`` values that name no file: Lightning resolves them when training starts.
 _CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
@@ -56,7 +72,9 @@ class FederatedCLI(LightningCLI):
 
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
-        kwargs.setdefault("trainer_defaults", {"num_sanity_val_steps": 0})
+        # Lightning's model summary shows the loop (FLOPs 0: a round is not a forward pass); the loop
+        # prints a one-line summary of the client model instead.
+        kwargs.setdefault("trainer_defaults", {"num_sanity_val_steps": 0, "enable_model_summary": False})
         kwargs.setdefault("seed_everything_default", 0)
         kwargs.setdefault("auto_configure_optimizers", False)
         kwargs.setdefault("parser_class", FederatedArgumentParser)
@@ -89,7 +107,31 @@ class FederatedCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
-        check_strategy(config.get("trainer", {}).get("strategy", "auto"))
+        trainer = config.get("trainer", {})
+        check_strategy(trainer.get("strategy", "auto"))
+        check_precision(trainer.get("precision"), trainer.get("accelerator", "auto"))
+        if self.subcommand == "fit" and config.get("ckpt_path"):
+            continue_run_directory(trainer.get("logger"), str(config["ckpt_path"]))
+
+
+def continue_run_directory(logger: Any, ckpt_path: str) -> None:
+    """A resumed run logs on in the run directory of its checkpoint, not in a new ``version_N``.
+
+    Applies when ``ckpt_path`` is ``<save_dir>/<name>/version_<N>/checkpoints/<file>`` of the configured
+    TensorBoard or CSV logger and the config names no ``version`` itself.
+    """
+    init_args = getattr(logger, "init_args", None)
+    if init_args is None or not str(getattr(logger, "class_path", "")).endswith(("TensorBoardLogger", "CSVLogger")):
+        return
+    if init_args.get("version") is not None:
+        return
+    path = Path(ckpt_path).resolve()
+    run_dir = path.parent.parent
+    if path.parent.name != "checkpoints" or not run_dir.name.startswith("version_"):
+        return
+    save_dir, name = init_args.get("save_dir") or ".", init_args.get("name") or "lightning_logs"
+    if run_dir.parent == (Path(save_dir) / name).resolve() and run_dir.name[len("version_"):].isdigit():
+        init_args["version"] = int(run_dir.name[len("version_"):])
 
 
 def _root_cause(err: BaseException, kind: type[BaseException]) -> BaseException | None:

@@ -17,7 +17,7 @@ class ClientStateStore:
     Args:
         num_clients: ``N``.
         keep_optimizer_state: Keep each client's optimizer state (e.g. SGD momentum buffers) between
-            its participations instead of starting fresh every round (SPEC section 1 option).
+            its participations instead of starting fresh every round (an option of docs/algorithms.md, Local training).
         directory: Keep those states in append-only files there (``model.client_state: disk``)
             instead of memory; ``None``: memory.
     """
@@ -28,20 +28,37 @@ class ClientStateStore:
         self.last_round = torch.full((num_clients,), -1, dtype=torch.long)
         self.optimizer_states: RowStore = (MemoryObjects() if directory is None
                                            else DiskObjects(directory, "optimizer_state"))
+        # States of this round's clients until the round decides who is kept (a diverged client's
+        # state is discarded, so its next participation starts from its last good state).
+        self.pending: dict[int, dict[str, Any]] = {}
+
+    def upcoming_participation(self, client_ids: Tensor) -> Tensor:
+        """``f_k`` of ``client_ids`` if they complete this round (not recorded yet)."""
+        return self.participation[client_ids.cpu()] + 1
 
     def record_participation(self, client_ids: Tensor, round_idx: int) -> Tensor:
-        """Count this round for ``client_ids``; returns their counts ``f_k`` including this round."""
+        """Count this round for ``client_ids`` (completed participations); returns their counts ``f_k``."""
         ids = client_ids.cpu()
         self.participation[ids] += 1
         self.last_round[ids] = round_idx
         return self.participation[ids].clone()
 
     def optimizer_state(self, client_id: int) -> dict[str, Any] | None:
-        return self.optimizer_states.get(client_id) if self.keep_optimizer_state else None
+        if not self.keep_optimizer_state:
+            return None
+        return self.pending[client_id] if client_id in self.pending else self.optimizer_states.get(client_id)
 
     def save_optimizer_state(self, client_id: int, state: dict[str, Any]) -> None:
+        """Hold ``client_id``'s state after local training; :meth:`commit` keeps it."""
         if self.keep_optimizer_state:
-            self.optimizer_states.put(client_id, state)
+            self.pending[client_id] = state
+
+    def commit(self, client_ids: Tensor) -> None:
+        """Keep the pending optimizer states of ``client_ids``; drop every other pending state."""
+        for client in client_ids.tolist():
+            if client in self.pending:
+                self.optimizer_states.put(client, self.pending[client])
+        self.pending.clear()
 
     def state_dict(self) -> dict[str, Any]:
         return {

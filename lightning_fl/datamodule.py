@@ -1,4 +1,4 @@
-"""Base class of every federated datamodule (SPEC section 8).
+"""Base class of every federated datamodule (docs/algorithms.md, Data).
 
 A :class:`FederatedDataModule` builds one :class:`~lightning_fl.data.FederatedData` (all clients'
 train/test splits as a few contiguous tensors) and exposes it to the federated loop as
@@ -21,14 +21,15 @@ from torch.utils.data import DataLoader
 
 from lightning_fl.data import FederatedData, offsets_from_sizes  # noqa: F401 (used by the Example)
 from lightning_fl.functional.label_stats import emd_to_population
+from lightning_fl.init_args import RecordsInitArgs
 from lightning_fl.reporting.partition_figure import label_distribution_figure
 from lightning_fl.validation import ConfigError, check_test_fraction
 
 __all__ = ["FederatedDataModule"]
 
 
-class FederatedDataModule(pl.LightningDataModule, ABC):
-    """Base of the federated datamodules: builds ``self.data`` once and hands out round tickets (SPEC section 8).
+class FederatedDataModule(RecordsInitArgs, pl.LightningDataModule, ABC):
+    """Base of the federated datamodules: builds ``self.data`` once and hands out round tickets (docs/algorithms.md, Data).
 
     Subclasses implement :meth:`build_data`. After :meth:`setup`, ``data``, ``num_clients``,
     ``num_classes`` and ``input_shape`` are available, along with the partition reports
@@ -116,7 +117,7 @@ class FederatedDataModule(pl.LightningDataModule, ABC):
         return self.data.label_histograms("train").cpu()
 
     def emd_to_population(self) -> Tensor:
-        """``(N,)`` ``D_k = sum_c |p_k(c) - P(c)|`` of the train splits (SPEC sections 5 and 8), float64."""
+        """``(N,)`` ``D_k = sum_c |p_k(c) - P(c)|`` of the train splits (docs/algorithms.md, DWFed), float64."""
         return emd_to_population(self.label_histograms())
 
     def partition_figure(self) -> Figure:

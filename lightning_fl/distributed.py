@@ -200,8 +200,14 @@ class CohortSharding:
         """``coefficients (K,) -> sum_k c_k y_k``: this rank's clients summed here, then one all-reduce."""
 
         def weighted_sum(coefficients: Tensor) -> Tensor:
-            partial = torch.tensordot(coefficients[torch.tensor(mine, dtype=torch.long)].to(rows), rows, dims=1) \
-                if mine else torch.zeros(rows.shape[1:], dtype=rows.dtype, device=rows.device)
+            mine_c = coefficients[torch.tensor(mine, dtype=torch.long)].to(rows) if mine else None
+            use = None if mine_c is None else (mine_c != 0).nonzero().flatten()
+            if use is None or len(use) == 0:
+                partial = torch.zeros(rows.shape[1:], dtype=rows.dtype, device=rows.device)
+            elif len(use) == len(mine_c):
+                partial = torch.tensordot(mine_c, rows, dims=1)
+            else:  # rows left out (a diverged client's NaN times 0 is still NaN)
+                partial = torch.tensordot(mine_c[use], rows[use], dims=1)
             device = rows.device if dist.get_backend() == "nccl" else torch.device("cpu")
             total = partial.to(device)
             try:

@@ -72,7 +72,7 @@ def evaluate_segments(model: ClientModule, x: Tensor, y: Tensor, offsets: Tensor
 
 
 def client_train_losses(model: ClientModule, data: FederatedData, client_ids: Tensor, batch_size: int = 4096) -> Tensor:
-    """Mean loss of ``model`` on each listed client's full train split (``loss_before_k``, SPEC 1).
+    """Mean loss of ``model`` on each listed client's full train split (``loss_before_k``, docs/algorithms.md, Notation).
 
     Returns:
         ``(K,)`` float64 CPU tensor, in the order of ``client_ids``.

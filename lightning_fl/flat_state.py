@@ -1,6 +1,6 @@
 """Flat views of a model's state: the vector ``w`` that the server-side math works on.
 
-SPEC section 1: the global model is all floating-point parameters and floating-point buffers, kept
+docs/algorithms.md, Notation: the global model is all floating-point parameters and floating-point buffers, kept
 in fp32; integer buffers (e.g. BatchNorm ``num_batches_tracked``) are taken from the first cohort
 member. ``FlatStateLayout`` records which entries are floating point, their shapes and offsets, so
 aggregation callbacks see one ``(d,)`` global vector and one ``(K, d)`` matrix of client weights.

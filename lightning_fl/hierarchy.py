@@ -1,4 +1,4 @@
-"""Three-layer (client / institution / server) training as a mode of the FederatedLoop (SPEC section 6)."""
+"""Three-layer (client / institution / server) training as a mode of the FederatedLoop (docs/algorithms.md, Three-layer hierarchy)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class Hierarchy:
     ``w^(c)``; for ``local_rounds`` (``tau_i``) rounds each of its clients trains ``epochs[m]`` local
     epochs from the institution model and the institution averages them weighted by ``|D_n|``; then
     the run's aggregation callback combines the institution models (FedAvg: weighted by
-    ``|D^(m)|``, SPEC eqs. 3-7; FedAdp is the Tempo paper's alternative).
+    ``|D^(m)|``, Tempo eqs. 3-7; FedAdp is the Tempo paper's alternative).
 
     Args:
         num_institutions: ``M``.

@@ -12,8 +12,9 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning import LightningModule
 from pytorch_lightning.cli import OptimizerCallable
+from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy
-from pytorch_lightning.utilities import rank_zero_info
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
@@ -35,17 +36,21 @@ from lightning_fl.federation import ClientOptimizer, Federation, HierarchyView
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.hierarchy import Hierarchy
 from lightning_fl.models.base import ClientModule
-from lightning_fl.round_logger import RoundLogger
+from lightning_fl.resume_check import changed_fields, data_digest, run_config
+from lightning_fl.round_logger import RoundLogger, RunOutputs
 from lightning_fl.rounds import RoundRunner
 from lightning_fl.sampling import SAMPLING_MODES, ClientSampler
 from lightning_fl.seeding import derive_seed
+from lightning_fl.system import SystemHeterogeneity
 from lightning_fl.validation import ConfigError, check_choice, check_positive
 
 SUPPORTED_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 #: Added to ``trainer.callbacks`` when missing: the aggregation (unless the run has one) and the metrics.
 CLIENT_STATE_STORES = ("memory", "disk")
 EXCHANGES = ("gather", "reduce")
+DIVERGENCE_POLICIES = ("stop", "drop")
 DEFAULT_CALLBACKS = ("lightning_fl.callbacks.FedAvg", "lightning_fl.callbacks.FairnessMetrics")
+ROUND_PROGRESS_BAR = "lightning_fl.callbacks.RoundProgressBar"
 
 
 class FederatedLoop(LightningModule):
@@ -54,7 +59,7 @@ class FederatedLoop(LightningModule):
     Each training step samples a cohort, has the client engine train every member from the global
     model ``w^t`` (the wrapped ``client`` module), hands the stacked results to the run's one
     aggregation callback, checks the new global weights, and calls the callbacks' round hooks
-    (SPEC section 1). ``--trainer.max_epochs`` is the number of rounds; validation evaluates the
+    (docs/algorithms.md, The round). ``--trainer.max_epochs`` is the number of rounds; validation evaluates the
     global model on every client's test split every ``check_val_every_n_epoch`` rounds.
 
     TensorBoard steps are round numbers: values logged at step ``r`` describe the global model after
@@ -68,12 +73,12 @@ class FederatedLoop(LightningModule):
         clients_per_round: ``K``, the cohort size (ignored with ``sampling: all``).
         local_epochs: ``E``, local epochs per round.
         batch_size: ``B``, local minibatch size.
-        sampling: ``uniform``, ``by_samples`` or ``all`` (SPEC section 1).
+        sampling: ``uniform``, ``by_samples`` or ``all`` (docs/algorithms.md, Sampling).
         seed: Seed of cohort sampling, batch order and model initialisation.
         engine: Client engine: ``auto`` (default: vectorized where it is exact and faster, see
             ``docs/performance.md``), ``sequential`` or ``vectorized``.
         max_parallel_clients: Upper bound on clients trained at once by a vectorized engine (memory).
-        hierarchy: Three-layer client/institution/server training (SPEC section 6); ``None`` for the
+        hierarchy: Three-layer client/institution/server training (docs/algorithms.md, Three-layer hierarchy); ``None`` for the
             usual two-layer loop. With a hierarchy, every client of every institution trains each round
             (``clients_per_round`` and ``sampling`` do not apply) and the aggregation callback combines
             institution models.
@@ -92,6 +97,17 @@ class FederatedLoop(LightningModule):
             each rank's clients locally and all-reduces the sums (``d`` values instead of ``K x d``
             moved and held per rank; equal to float rounding), for aggregations that only average the
             clients' weights: FedAvg, FedProx, FedAvgM, FedAdam, FedYogi, FedAdagrad, FedFa, FedFaMo, DWFed.
+        system: Simulated system heterogeneity (:class:`~lightning_fl.system.SystemHeterogeneity`):
+            client availability, dropout, speeds, a round deadline with stragglers dropped or kept with
+            partial work, over-selection, and a simulated clock (``sim/*``, ``clients/*`` scalars).
+            ``None`` (default): every sampled client trains all its local steps. Not with ``hierarchy``.
+        on_client_divergence: ``stop`` (default: a client whose loss or weights become NaN/inf stops
+            the run with the round and client named) or ``drop`` (its update is discarded and named in
+            the log, training goes on; a round where every client diverges still stops).
+        resume_despite_changes: Resume a checkpoint even if this run's configuration differs from the one
+            it was trained under (model, optimizer, local work, cohort, seed, data and partition, the
+            algorithm and its arguments). Off by default: such a resume is an error naming the changed
+            fields, because the result would not be the continuation of the checkpointed run.
         cpu_threads: Intra-op threads for torch on CPU. ``None`` (auto) uses 1 thread for models under
             one million parameters: their per-step kernels are microseconds long, and a second thread
             makes each step wait on a barrier (10x slower when the machine is busy with other runs).
@@ -125,6 +141,9 @@ class FederatedLoop(LightningModule):
         client_state: str = "memory",
         collective_timeout: float = 300.0,
         exchange: str = "gather",
+        system: SystemHeterogeneity | None = None,
+        on_client_divergence: str = "stop",
+        resume_despite_changes: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(client, ClientModule):
@@ -162,8 +181,17 @@ class FederatedLoop(LightningModule):
         check_positive("collective_timeout", collective_timeout)
         check_choice("exchange", exchange, EXCHANGES)
         self.exchange = exchange
+        check_choice("on_client_divergence", on_client_divergence, DIVERGENCE_POLICIES)
+        if system is not None and hierarchy is not None:
+            raise ConfigError("model.system cannot be combined with model.hierarchy (every client of every institution"
+                              " trains each round there); remove one of them")
+        self.system = system
+        self.on_client_divergence = on_client_divergence
+        self.resume_despite_changes = resume_despite_changes
+        self._data_sha: str | None = None
         self.collective_timeout = float(collective_timeout)
         self.rounds_completed = 0
+        self.run_outputs = RunOutputs()  # replaced in setup, once the run directory is known
         self.last_evaluation: ClientEvaluation | None = None
 
     # ------------------------------------------------------------------ set-up
@@ -175,6 +203,11 @@ class FederatedLoop(LightningModule):
             names = ", ".join(type(c).__name__ for c in aggregators)
             raise ConfigError(f"trainer.callbacks must contain at most one aggregation callback; got {names}")
         added: list[pl.Callback] = []
+        bar = self.trainer.progress_bar_callback
+        if bar is not None and type(bar).__name__ != "RoundProgressBar":
+            # One bar over the rounds replaces Lightning's per-epoch bar (a round is one batch);
+            # nothing is added when the user turned bars off (trainer.enable_progress_bar: false).
+            added.append(_import_class(ROUND_PROGRESS_BAR)())
         for class_path in DEFAULT_CALLBACKS:
             # By class path, like a config entry: the core never imports the algorithms package.
             cls = _import_class(class_path)
@@ -188,6 +221,7 @@ class FederatedLoop(LightningModule):
         # Atomic, checksummed checkpoints for CLI and Python runs alike; setup runs before ckpt_path loads.
         install_checkpoint_io(self.trainer.strategy)
         self.sharding = self._sharding()
+        self.run_outputs = self._run_outputs()
         datamodule = self.trainer.datamodule
         if not isinstance(datamodule, FederatedDataModule):
             raise ConfigError("data must be a lightning_fl.datamodules.FederatedDataModule (e.g. lightning_fl.datamodules.SyntheticDataModule)")
@@ -203,6 +237,7 @@ class FederatedLoop(LightningModule):
         check_choice("trainer.precision", precision, SUPPORTED_PRECISIONS)
         if precision == "16-mixed" and self.trainer.strategy.root_device.type != "cuda":
             raise ConfigError("trainer.precision 16-mixed needs a GPU; use bf16-mixed or 32-true on CPU")
+        check_finite_inputs(data)
         self.data = data.to(self.trainer.strategy.root_device)
         self._set_cpu_threads()
         if self.hierarchy is not None:
@@ -211,6 +246,9 @@ class FederatedLoop(LightningModule):
         self.sampler = ClientSampler(data.num_clients, cohort, self.sampling, self.seed, data.train_sizes())
         self.store = ClientStateStore(data.num_clients, self.keep_client_optimizer_state, self._client_state_dir())
         self.layout = FlatStateLayout(self.model.state_dict())
+        if self.system is not None:
+            self.system.setup(data.num_clients, self.seed, self.local_epochs, self.batch_size, data.train_sizes(),
+                              model_bytes=self.layout.numel * 4)
         plan = LocalTrainingPlan(self.optimizer_factory, self.local_epochs, self.batch_size, self.seed,
                                  self.client_lr, precision, self.max_parallel_clients)
         self.engine: ClientEngine = build_engine(self.engine_name, plan, self.model, self.trainer.strategy.root_device)
@@ -227,8 +265,10 @@ class FederatedLoop(LightningModule):
                                                                         self.hierarchy.local_rounds),
             aggregation=type(aggregator).__name__, device=self.trainer.strategy.root_device,
         )
+        self.federated_callbacks = callbacks
         self.rounds = RoundRunner(self.model, self.engine, self.sampler, self.store, self.hierarchy, self.federation,
-                                  callbacks, self.sharding, reduce=self.exchange == "reduce")
+                                  callbacks, self.sharding, reduce=self.exchange == "reduce", system=self.system,
+                                  on_client_divergence=self.on_client_divergence)
         self.rounds.setup_callbacks(training=stage == "fit", make_rows=self._row_store_factory())
 
     def _sharding(self) -> CohortSharding:
@@ -244,6 +284,21 @@ class FederatedLoop(LightningModule):
                                   f" {torch.cuda.device_count()} GPU(s); use class_path"
                                   " pytorch_lightning.strategies.DDPStrategy with init_args {process_group_backend: gloo}")
         return CohortSharding(world, self.trainer.global_rank, self.collective_timeout)
+
+    def _run_outputs(self) -> RunOutputs:
+        """Tag kinds and figure files of this run: PNGs under the run directory ``trainer.log_dir``, on rank 0.
+
+        Histograms also go to CSV files when no logger of the run is a TensorBoard one. Without any logger
+        (``trainer.logger: false``) no figure or histogram is kept, and one info line says so.
+        """
+        log_dir = self.trainer.log_dir  # a collective with several processes: every rank asks once
+        if not self.trainer.loggers:
+            rank_zero_info("trainer.logger is false: figures and histograms are not saved (any logger, e.g."
+                           " CSVLogger, keeps them under its run directory)")
+            return RunOutputs()
+        directory = log_dir if self.trainer.global_rank == 0 else None
+        with_tensorboard = any(isinstance(logger, TensorBoardLogger) for logger in self.trainer.loggers)
+        return RunOutputs(directory, histogram_files=not with_tensorboard)
 
     def _client_state_dir(self) -> Path | None:
         if self.client_state == "memory":
@@ -270,6 +325,11 @@ class FederatedLoop(LightningModule):
 
     @override
     def on_fit_start(self) -> None:
+        numel = sum(p.numel() for p in self.model.parameters())
+        cohort = "every client" if self.hierarchy is not None or self.sampling == "all" else f"{self.clients_per_round}"
+        rank_zero_info(f"Client model: {type(self.model).__name__}, {numel:,} parameters ({numel * 4 / 1e3:,.1f} kB"
+                       f" in fp32); {self.data.num_clients} clients, {cohort} per round, {self.local_epochs} local"
+                       f" epoch(s) of batch {self.batch_size}; engine {self.engine.name}")
         if self.rounds_completed == 0:
             self._log_partition()
 
@@ -293,6 +353,9 @@ class FederatedLoop(LightningModule):
         result = self.rounds.run(round_idx, log)
         self._count_server_step()
         self.rounds_completed = round_idx + 1
+        if result is None:  # an empty round (model.system): nothing trained, nothing to aggregate
+            log.log_scalars({"round/seconds": time.perf_counter() - started, "round/clients": 0.0})
+            return
         update = result.update
         weights = update.num_samples.double() / update.num_samples.sum()
         log.log_scalars({
@@ -339,7 +402,7 @@ class FederatedLoop(LightningModule):
 
         Call it only from hooks where ``LightningModule.log`` is allowed (the round and evaluation).
         """
-        return RoundLogger(self.loggers, step, self._monitor)
+        return RoundLogger(self.loggers, step, self._monitor, self.run_outputs)
 
     def _monitor(self, name: str, value: float, prog_bar: bool) -> None:
         # logger=False: the loggers already got the value with the round as step.
@@ -347,8 +410,8 @@ class FederatedLoop(LightningModule):
 
     def _log_partition(self) -> None:
         datamodule = self.trainer.datamodule
-        log = RoundLogger(self.loggers, step=0)
-        log.log_figure("data/label_distribution", datamodule.partition_figure())
+        log = RoundLogger(self.loggers, step=0, outputs=self.run_outputs)
+        log.log_figure("data/label_distribution_figure", datamodule.partition_figure())
         log.log_histogram("data/client_emd", datamodule.emd_to_population())
         log.log_histogram("data/client_train_size", datamodule.data.train_sizes().float())
         summary = datamodule.partition_summary()
@@ -362,11 +425,26 @@ class FederatedLoop(LightningModule):
             "sampler": self.sampler.state_dict(),
             "clients": self.store.state_dict(),
             "hierarchy": None if self.hierarchy is None else self.hierarchy.state_dict(),
+            "system": None if self.system is None else self.system.state_dict(),
+            "run_config": self._run_config(),
         }
+
+    def _run_config(self) -> dict[str, Any]:
+        if self._data_sha is None:  # hashed once per run: the data does not change while training
+            self._data_sha = data_digest(self.trainer.datamodule.data)
+        return run_config(self, self.trainer.datamodule, self.federated_callbacks, self._data_sha)
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint["federated"]
+        if "run_config" in state:
+            changes = changed_fields(state["run_config"], self._run_config())
+            if changes and not self.resume_despite_changes:
+                raise ConfigError(f"the checkpoint was trained under another configuration ({'; '.join(changes)}); resume"
+                                  " with its settings, or set model.resume_despite_changes: true to continue anyway (the"
+                                  " result is then not the continuation of the checkpointed run)")
+            if changes:
+                rank_zero_warn(f"resuming despite configuration changes: {'; '.join(changes)}")
         self.rounds_completed = state["rounds_completed"]
         self.sampler.load_state_dict(state["sampler"])
         self.store.load_state_dict(state["clients"])
@@ -374,6 +452,37 @@ class FederatedLoop(LightningModule):
             raise ConfigError("model.hierarchy must be set exactly when the checkpoint was written with one")
         if self.hierarchy is not None:
             self.hierarchy.load_state_dict(state["hierarchy"])
+        if (state.get("system") is None) != (self.system is None):
+            raise ConfigError("model.system must be set exactly when the checkpoint was written with one (its"
+                              " simulated clients and clock cannot be resumed otherwise)")
+        if self.system is not None:
+            self.system.load_state_dict(state["system"])
+
+
+def check_finite_inputs(data: Any) -> None:
+    """One-line ``ConfigError`` naming the first client whose inputs hold NaN or inf.
+
+    Checked once before training, so a NaN that comes from the data is reported as such instead of
+    surfacing rounds later as a "diverged" client whose learning rate looks to blame.
+    """
+    for split, x, offsets in (("training", data.x_train, data.train_offsets), ("test", data.x_test, data.test_offsets)):
+        if not x.is_floating_point():
+            continue
+        bad = (~torch.isfinite(x.reshape(len(x), -1))).any(1).nonzero().flatten()
+        if len(bad):
+            row = int(bad[0])
+            client = int(torch.searchsorted(offsets, torch.tensor([row], device=offsets.device), right=True)[0]) - 1
+            raise ConfigError(f"data: the {split} inputs of client {client} contain NaN or inf (sample"
+                              f" {row - int(offsets[client])} of its {split} split, {len(bad)} samples in all);"
+                              " clean the data before training")
+
+
+def check_precision(precision: Any, accelerator: Any) -> None:
+    """``16-mixed`` without a GPU is an error: Lightning would silently train in ``bf16-mixed`` instead."""
+    if str(precision) in ("16-mixed", "16") and (
+            str(accelerator) == "cpu" or (str(accelerator) in ("auto", "None") and not torch.cuda.is_available())):
+        raise ConfigError("trainer.precision 16-mixed needs a GPU (on CPU Lightning would switch to bf16-mixed"
+                          " without asking); use bf16-mixed or 32-true on CPU")
 
 
 def _probe_optimizer(optimizer: OptimizerCallable) -> tuple[float, float]:

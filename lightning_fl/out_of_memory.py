@@ -84,7 +84,7 @@ def _what(err: BaseException) -> str:
 def _where(loop: FederatedLoop | None, trainer: pl.Trainer | None) -> str:
     if trainer is None or loop is None or not hasattr(loop, "rounds"):  # `rounds` is the last thing setup builds
         return "while setting up the run "
-    return f"in round {trainer.current_epoch} "  # 0-based, as in divergence messages
+    return f"in round {trainer.current_epoch + 1} "  # rounds count from 1 in messages
 
 
 def _checkpoint(trainer: pl.Trainer | None) -> str:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import torch
+from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 
 from lightning_fl.callback import AggregationCallback, FederatedCallback
@@ -30,6 +31,7 @@ from lightning_fl.models.base import ClientModule
 from lightning_fl.round_logger import RoundLogger
 from lightning_fl.round_result import RoundPlan, RoundResult, RoundTraffic
 from lightning_fl.sampling import ClientSampler
+from lightning_fl.system import ClientFates, SystemHeterogeneity
 from lightning_fl.validation import ConfigError, DivergenceError
 
 
@@ -47,12 +49,19 @@ class RoundRunner:
         sharding: How the cohort is split over processes (default: one process trains it all).
         reduce: Exchange partial weighted sums instead of every client's weights (flat rounds with
             several processes and an aggregation callback that ``supports_reduce``).
+        system: Simulated availability, dropout, stragglers and clock (flat rounds); ``None``: every
+            sampled client trains all its local steps.
+        on_client_divergence: ``stop`` (raise :class:`DivergenceError` naming the round and client) or
+            ``drop`` (discard diverged clients' updates, log them, go on; stop only if all diverged).
     """
 
     def __init__(self, model: ClientModule, engine: ClientEngine, sampler: ClientSampler, store: ClientStateStore,
                  hierarchy: Hierarchy | None, federation: Federation, callbacks: Sequence[FederatedCallback],
-                 sharding: CohortSharding | None = None, reduce: bool = False) -> None:
+                 sharding: CohortSharding | None = None, reduce: bool = False,
+                 system: SystemHeterogeneity | None = None, on_client_divergence: str = "stop") -> None:
         self.model, self.engine, self.sampler, self.store = model, engine, sampler, store
+        self.system, self.on_client_divergence = system, on_client_divergence
+        self.fates: ClientFates | None = None  # the last flat round's, under a system model
         self.reduce = reduce
         self.sharding = sharding or CohortSharding()
         self.hierarchy = hierarchy
@@ -100,26 +109,36 @@ class RoundRunner:
             callback.on_clients_evaluated(round_idx, evaluation, self.federation, log)
 
     # ------------------------------------------------------------------ one round
-    def run(self, round_idx: int, log: RoundLogger) -> RoundResult:
-        """Round ``t``: train the cohort (or the institutions), aggregate, load ``w^{t+1}`` into the model."""
+    def run(self, round_idx: int, log: RoundLogger) -> RoundResult | None:
+        """Round ``t``: train the cohort (or the institutions), aggregate, load ``w^{t+1}`` into the model.
+
+        Returns ``None`` for an empty round (no client reported under ``model.system``): the global
+        model and every callback's state stay as they were.
+        """
         started = time.perf_counter()
+        self._diverged = 0
         if self.hierarchy is None:
-            update, traffic = self._flat_round(round_idx, log)
+            trained = self._flat_round(round_idx, log)
+            if trained is None:
+                return None
+            update, traffic = trained
         else:
             update, traffic = self._hierarchical_round(round_idx, log)
+        if self.on_client_divergence == "drop":
+            log.log_scalars({"clients/diverged": float(self._diverged)})
         new_w = self._aggregate(round_idx, update, log)
         return RoundResult(round_idx, update, new_w, traffic, time.perf_counter() - started)
 
     def _aggregate(self, round_idx: int, update: CohortUpdate, log: RoundLogger) -> Tensor:
         layout = self.federation.layout
         state = self.model.state_dict()
-        # Server-side math is fp32 whatever the training precision (SPEC section 1).
+        # Server-side math is fp32 whatever the training precision (docs/algorithms.md, Server arithmetic).
         with torch.autocast(self.federation.device.type, enabled=False), torch.no_grad():
             global_w = layout.flatten(state)
             new_w = self.aggregator.aggregate(round_idx, global_w, update, self.federation, log)
             if not bool(torch.isfinite(new_w).all()):
                 raise DivergenceError(
-                    f"round {round_idx}: {type(self.aggregator).__name__} produced non-finite global weights from"
+                    f"round {round_idx + 1}: {type(self.aggregator).__name__} produced non-finite global weights from"
                     f" clients {update.client_ids.tolist()}; stopping before the global model or any checkpoint"
                     " is overwritten")
             layout.load_into(new_w, state)
@@ -127,55 +146,94 @@ class RoundRunner:
                 state[name].copy_(value)
         return new_w
 
-    def _train(self, round_idx: int, client_ids: Tensor, participation: Tensor, *, sub_round: int = 0,
-               local_epochs: int | None = None, where: str = "") -> tuple[CohortUpdate, float]:
+    def _train(self, round_idx: int, client_ids: Tensor, participation: Tensor, log: RoundLogger, *,
+               sub_round: int = 0, local_epochs: int | None = None, num_steps: Tensor | None = None,
+               where: str = "") -> tuple[CohortUpdate, float]:
+        """Train ``client_ids``; drop or stop on diverged clients; keep the survivors' optimizer states."""
         started = time.perf_counter()
         if self.sharding.active:
-            update = self._train_shard(round_idx, client_ids, participation, sub_round, local_epochs)
+            update = self._train_shard(round_idx, client_ids, participation, sub_round, local_epochs, num_steps)
         else:
             update = self.engine.train_cohort(round_idx, client_ids, participation, self.hooks, sub_round=sub_round,
-                                              local_epochs=local_epochs)
+                                              local_epochs=local_epochs, num_steps=num_steps)
         elapsed = time.perf_counter() - started
-        bad = update.first_non_finite_client()
-        if bad is not None:
-            client_id, what = bad
-            raise DivergenceError(
-                f"round {round_idx}: client {client_id}{where} diverged ({what}); stopping before aggregation, so"
-                " the global model and saved checkpoints are untouched (lower the client lr?)")
+        update = self._without_diverged(round_idx, update, log, where)
+        self.store.commit(update.client_ids)
         # Clients train in parallel in a deployment: the round waits for the one with the most steps.
         steps = update.num_steps.double()
         return update, elapsed * float(steps.max() / steps.sum().clamp_min(1))
 
+    def _without_diverged(self, round_idx: int, update: CohortUpdate, log: RoundLogger, where: str) -> CohortUpdate:
+        """``update`` without its diverged clients (``on_client_divergence: drop``), or a ``DivergenceError``."""
+        bad = update.non_finite_clients()
+        if not bad:
+            return update
+        if self.on_client_divergence == "stop":
+            client_id, what = bad[0]
+            raise DivergenceError(
+                f"round {round_idx + 1}: client {client_id}{where} diverged ({what}); stopping before aggregation, so"
+                " the global model and saved checkpoints are untouched (lower the client lr, or set"
+                " model.on_client_divergence: drop to discard diverged clients)")
+        named = ", ".join(f"{k} ({what})" for k, what in bad)
+        if len(bad) == update.cohort_size:
+            raise DivergenceError(
+                f"round {round_idx + 1}: every client{where} diverged ({named}); stopping before aggregation, so the"
+                " global model and saved checkpoints are untouched (lower the client lr?)")
+        self._diverged += len(bad)
+        message = f"round {round_idx + 1}: discarded the updates of diverged clients {named}{where}"
+        rank_zero_warn(message)
+        log.log_text("clients/diverged_names", message)
+        return update.select(~torch.isin(update.client_ids, torch.tensor([k for k, _ in bad])))
+
     def _train_shard(self, round_idx: int, client_ids: Tensor, participation: Tensor, sub_round: int,
-                     local_epochs: int | None) -> CohortUpdate:
+                     local_epochs: int | None, num_steps: Tensor | None) -> CohortUpdate:
         """This rank trains its share of ``client_ids``; every rank gets the whole cohort's update back."""
         plan = self.engine.plan
-        num_samples = self.federation.train_sizes[client_ids]
-        shards = self.sharding.assign(num_local_steps(num_samples, local_epochs or plan.local_epochs, plan.batch_size))
+        if num_steps is None:
+            num_samples = self.federation.train_sizes[client_ids]
+            num_steps = num_local_steps(num_samples, local_epochs or plan.local_epochs, plan.batch_size)
+            budget = None
+        else:
+            budget = num_steps
+        shards = self.sharding.assign(num_steps)
         mine = torch.tensor(shards[self.sharding.rank], dtype=torch.long)
         loss_before = None
         if self.hooks.requires_loss_before:  # measured on the whole cohort, exactly as one process does
             loss_before = client_train_losses(self.model, self.engine.data, client_ids)[mine]
         local = self.engine.train_cohort(round_idx, client_ids[mine], participation[mine], self.hooks,
                                          cohort_size=len(client_ids), sub_round=sub_round, local_epochs=local_epochs,
-                                         loss_before=loss_before)
+                                         loss_before=loss_before, num_steps=None if budget is None else budget[mine])
         kept = self.store.keep_optimizer_state
         return self.sharding.gather(
-            local, shards, client_ids, what=f"round {round_idx}", reduce=self.reduce and self.hierarchy is None,
+            local, shards, client_ids, what=f"round {round_idx + 1}", reduce=self.reduce and self.hierarchy is None,
             kept_states=(lambda ids: {k: self.store.optimizer_state(k) for k in ids}) if kept else None,
             keep_state=self.store.save_optimizer_state if kept else None)
 
-    def _flat_round(self, round_idx: int, log: RoundLogger) -> tuple[CohortUpdate, RoundTraffic]:
-        """Sample a cohort and train it from the global model (SPEC section 1)."""
-        client_ids = self.sampler.sample(round_idx)
-        participation = self.store.record_participation(client_ids, round_idx)
+    def _flat_round(self, round_idx: int, log: RoundLogger) -> tuple[CohortUpdate, RoundTraffic] | None:
+        """Sample a cohort and train it from the global model; ``None`` when no client reports."""
+        num_steps = None
+        if self.system is None:
+            client_ids = self.sampler.sample(round_idx)
+        else:
+            self.fates = fates = self.system.fates(round_idx, self.sampler)
+            self.system.elapsed_seconds += fates.round_seconds
+            log.log_scalars({**fates.metrics(), "sim/round_seconds": fates.round_seconds,
+                             "sim/elapsed_seconds": self.system.elapsed_seconds})
+            if fates.empty:
+                log.log_text("clients/empty_round", f"round {round_idx + 1}: no client reported ({fates.num_available}"
+                             f" online, {len(fates.sampled)} sampled, {len(fates.dropped)} dropped out,"
+                             f" {len(fates.stragglers)} stragglers); the global model is unchanged")
+                return None
+            client_ids, num_steps = fates.client_ids, fates.num_steps
+        participation = self.store.upcoming_participation(client_ids)
         self._round_start(round_idx, client_ids, log)
-        update, compute = self._train(round_idx, client_ids, participation)
-        traffic = RoundTraffic(self.federation.layout.numel * 4, {"client": len(client_ids)}, [[compute]])
+        update, compute = self._train(round_idx, client_ids, participation, log, num_steps=num_steps)
+        self.store.record_participation(update.client_ids, round_idx)  # f_k counts completed participations
+        traffic = RoundTraffic(self.federation.layout.numel * 4, {"client": len(update.client_ids)}, [[compute]])
         return update, traffic
 
     def _hierarchical_round(self, round_idx: int, log: RoundLogger) -> tuple[CohortUpdate, RoundTraffic]:
-        """One global iteration of the hierarchy (SPEC section 6, eqs. 3-7).
+        """One global iteration of the hierarchy (docs/algorithms.md, Three-layer hierarchy, eqs. 3-7).
 
         Every institution starts from ``w^(c)``; for ``tau_i`` rounds all its clients train
         ``epochs[m]`` epochs from the institution model, which becomes their ``|D_n|``-weighted
@@ -203,7 +261,7 @@ class RoundRunner:
                 compute.append([])
                 for sub_round in range(hierarchy.local_rounds):
                     participation = self.store.record_participation(members, round_idx)
-                    update, seconds = self._train(round_idx, members, participation, sub_round=sub_round,
+                    update, seconds = self._train(round_idx, members, participation, log, sub_round=sub_round,
                                                   local_epochs=int(hierarchy.epochs[m]), where=f" (institution {m})")
                     compute[m].append(seconds)
                     weights, _ = fedavg_weights(update.num_samples.to(server_w.device))

@@ -1,4 +1,4 @@
-"""Cohort sampling (SPEC section 1): which clients train in round ``t``."""
+"""Cohort sampling (docs/algorithms.md, Sampling): which clients train in round ``t``."""
 
 from __future__ import annotations
 
@@ -50,17 +50,27 @@ class ClientSampler:
         self.seed = seed
         self.num_samples = None if num_samples is None else num_samples.double().cpu()
 
-    def sample(self, round_idx: int) -> Tensor:
-        """The sorted client ids of round ``round_idx`` (a CPU ``long`` tensor)."""
-        n, k = self.num_clients, self.clients_per_round
-        if k == n:
-            return torch.arange(n)
+    def sample(self, round_idx: int, candidates: Tensor | None = None, count: int | None = None) -> Tensor:
+        """The sorted client ids of round ``round_idx`` (a CPU ``long`` tensor).
+
+        Args:
+            round_idx: The round ``t``.
+            candidates: Sorted ids of the clients that can be sampled (the online ones under a
+                ``model.system`` availability model); ``None``: every client.
+            count: How many to sample (``K``, or more with over-selection); all candidates when
+                there are no more than ``count`` of them. ``None``: ``K``.
+        """
+        n, k = self.num_clients, self.clients_per_round if count is None else count
+        pool = n if candidates is None else len(candidates)
+        if k >= pool:
+            return torch.arange(n) if candidates is None else candidates.clone()
         gen = generator_for(self.seed, "cohort", round_idx)
         if self.mode == "by_samples":
-            chosen = torch.multinomial(self.num_samples, k, replacement=False, generator=gen)
+            weights = self.num_samples if candidates is None else self.num_samples[candidates]
+            chosen = torch.multinomial(weights, k, replacement=False, generator=gen)
         else:
-            chosen = torch.randperm(n, generator=gen)[:k]
-        return chosen.sort().values
+            chosen = torch.randperm(pool, generator=gen)[:k]
+        return (chosen if candidates is None else candidates[chosen]).sort().values
 
     def state_dict(self) -> dict[str, Any]:
         return {"num_clients": self.num_clients, "clients_per_round": self.clients_per_round, "mode": self.mode,

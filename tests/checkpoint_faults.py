@@ -41,7 +41,7 @@ class SlowRounds(FederatedCallback):
 
 
 class NaNAtRound(FederatedCallback):
-    """Every client's weights become NaN after its first local step of round ``round_idx`` (a diverged client)."""
+    """Every client's weights become NaN after its first local step in round index ``round_idx`` (divergence)."""
 
     def __init__(self, round_idx: int = 2) -> None:
         super().__init__()
@@ -58,7 +58,7 @@ class NaNAtRound(FederatedCallback):
 
 
 class AllocateAtRound(FederatedCallback):
-    """Asks for ``2**gib_log2`` GiB at the start of round ``round_idx``: a real allocation failure.
+    """Asks for ``2**gib_log2`` GiB at the start of round index ``round_idx``: a real allocation failure.
 
     ``kind``: ``torch`` (torch's CPU allocator raises ``RuntimeError: ... DefaultCPUAllocator: can't
     allocate memory``) or ``python`` (``MemoryError``).
@@ -77,7 +77,7 @@ class AllocateAtRound(FederatedCallback):
 
 
 class LastCheckpointProbe(FederatedCallback):
-    """At the start of round ``t >= 1``, requires ``last.ckpt`` to be verified and to hold ``t`` rounds."""
+    """At the start of round index ``t >= 1``, requires ``last.ckpt`` to be verified and to hold ``t`` rounds."""
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.trainer = trainer

@@ -33,7 +33,6 @@ def tiny_config(log_dir: Path, **overrides: Any) -> dict[str, Any]:
             "callbacks": [
                 {"class_path": "lightning_fl.callbacks.FedAvg"},
                 {"class_path": "lightning_fl.callbacks.FairnessMetrics"},
-                {"class_path": "lightning_fl.callbacks.RoundProgressBar"},
                 ROUND_CHECKPOINT,
             ],
         },

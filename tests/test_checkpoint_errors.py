@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import struct
 import subprocess
 import sys
@@ -107,7 +108,9 @@ def test_python_api_runs_verify_and_write_atomically_too(trained, tmp_path) -> N
 
     def fit(ckpt_path: Path | None) -> pl.Trainer:
         run = trainer()
-        loop = FederatedLoop(LogisticRegression(in_features=60, num_classes=10), clients_per_round=3, local_epochs=2)
+        sgd = functools.partial(torch.optim.SGD, lr=0.05)  # the tiny config's settings: resume checks them
+        loop = FederatedLoop(LogisticRegression(in_features=60, num_classes=10), sgd, clients_per_round=3,
+                             local_epochs=2)
         data = SyntheticDataModule(variant="1_1", num_clients=6, max_samples_per_client=80)
         run.fit(loop, data, ckpt_path=ckpt_path)
         return run

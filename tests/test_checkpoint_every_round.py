@@ -30,11 +30,17 @@ def _callbacks(*extra: dict) -> list[dict]:
 
 
 def test_every_shipped_config_saves_last_ckpt_every_round() -> None:
-    assert len(CONFIGS) > 20
+    checkpointed = 0
     for config in CONFIGS:
-        callbacks = yaml.safe_load(config.read_text())["trainer"]["callbacks"]
-        checkpoints = [c for c in callbacks if c["class_path"].endswith("ModelCheckpoint")]
+        trainer = yaml.safe_load(config.read_text())["trainer"]
+        checkpoints = [c for c in trainer.get("callbacks", []) if c["class_path"].endswith("ModelCheckpoint")]
+        if trainer.get("enable_checkpointing") is False:  # opted out (sweeps of many short runs)
+            assert checkpoints == [], config
+            continue
         assert checkpoints == [ROUND_CHECKPOINT], config
+        checkpointed += 1
+    # At least every config in configs/ and configs/experiments/ saves every round.
+    assert checkpointed >= len([*(REPO / "configs").glob("*.yaml"), *(REPO / "configs" / "experiments").glob("*.yaml")])
 
 
 def test_round_checkpoint_holds_every_completed_round(tiny, tmp_path) -> None:
@@ -55,9 +61,9 @@ def test_diverged_run_keeps_the_checkpoint_of_its_last_completed_round(tiny, tmp
     config = tiny(**{"trainer.max_epochs": 6, "trainer.callbacks": _callbacks(poison)})
     assert run_cli("fit", "--config", str(config)) == 1
     line = capsys.readouterr().err.strip().splitlines()[-1]
-    assert line.startswith("error: round 3: client ") and "diverged (train loss nan)" in line
+    assert line.startswith("error: round 4: client ") and "diverged (train loss nan)" in line  # index 3
     checkpoint = AtomicCheckpointIO().load_checkpoint(_last(tmp_path, 0))
-    assert checkpoint["federated"]["rounds_completed"] == 3  # rounds 0, 1 and 2
+    assert checkpoint["federated"]["rounds_completed"] == 3
     assert all(torch.isfinite(w).all() for w in checkpoint["state_dict"].values())
 
 

@@ -96,11 +96,11 @@ def test_divergence_names_round_and_client_and_keeps_checkpoint(tiny, tmp_path, 
     assert run_cli("fit", "--config", str(config)) == 0
     last = tmp_path / "logs" / "run" / "version_0" / "checkpoints" / "last.ckpt"
     before = _digest(last)
-    # Resume the good run with an absurd learning rate: round index 2 (the third round) must blow up.
+    # Resume the good run with an absurd learning rate: round 3 (index 2) must blow up.
     code = run_cli("fit", "--config", str(config), "--trainer.max_epochs", "4", "--ckpt_path", str(last),
                    "--trainer.logger.init_args.version", "0",
-                   "--model.optimizer.init_args.lr", "1e38")
+                   "--model.optimizer.init_args.lr", "1e38", "--model.resume_despite_changes", "true")
     assert code == 1
     line = capsys.readouterr().err.strip().splitlines()[-1]
-    assert line.startswith("error: round 2: client ") and "diverged" in line
+    assert line.startswith("error: round 3: client ") and "diverged" in line
     assert _digest(last) == before

@@ -40,7 +40,7 @@ def test_fit_logs_fairness_scalars_with_round_steps(tiny, tmp_path):
         assert [e.step for e in events.Scalars(name)] == [2, 4]
     assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4]
     assert "val/client_acc" in tags["histograms"]
-    assert "data/label_distribution" in tags["images"]
+    assert "data/label_distribution_figure" in tags["images"]
     for name in ("fairness_summary.md", "fairness_summary.csv", "fairness_history.csv"):
         assert (run / name).exists()
     assert "| Method | Average | Worst 20% | Best 20% | Variance |" in (run / "fairness_summary.md").read_text()
@@ -81,13 +81,13 @@ def test_resume_is_exact(tiny, tmp_path, extra):
     first = tiny(**{**extra, "trainer.max_epochs": 2})
     assert run_cli("fit", "--config", str(first)) == 0
     half = _version_dir(tmp_path, 1) / "checkpoints" / "last.ckpt"
-    assert run_cli("fit", "--config", str(full), "--ckpt_path", str(half)) == 0
-    uninterrupted, resumed = _final_weights(_version_dir(tmp_path, 0)), _final_weights(_version_dir(tmp_path, 2))
+    assert torch.load(half, weights_only=False)["federated"]["rounds_completed"] == 2
+    assert run_cli("fit", "--config", str(full), "--ckpt_path", str(half)) == 0  # continues version_1
+    uninterrupted, resumed = _final_weights(_version_dir(tmp_path, 0)), _final_weights(_version_dir(tmp_path, 1))
     for name in uninterrupted:
         assert torch.equal(uninterrupted[name], resumed[name]), name
     ckpt_a = torch.load(_version_dir(tmp_path, 0) / "checkpoints" / "last.ckpt", weights_only=False)
-    ckpt_b = torch.load(_version_dir(tmp_path, 2) / "checkpoints" / "last.ckpt", weights_only=False)
-    assert torch.load(half, weights_only=False)["federated"]["rounds_completed"] == 2
+    ckpt_b = torch.load(_version_dir(tmp_path, 1) / "checkpoints" / "last.ckpt", weights_only=False)
     assert ckpt_a["federated"]["rounds_completed"] == ckpt_b["federated"]["rounds_completed"] == 4
     assert ckpt_a["global_step"] == ckpt_b["global_step"] == 4  # one server step per round
     assert torch.equal(ckpt_a["federated"]["clients"]["participation"], ckpt_b["federated"]["clients"]["participation"])

@@ -85,7 +85,7 @@ def test_a_disk_checkpoint_resumes_in_memory_to_the_same_model(tiny, tmp_path: P
     assert run_cli("fit", "--config", str(_scaffold_run(tiny, "disk", **{"trainer.max_epochs": 2}))) == 0
     half = version_dir(tmp_path, 1) / "checkpoints" / "last.ckpt"
     assert run_cli("fit", "--config", str(_scaffold_run(tiny, "memory")), "--ckpt_path", str(half)) == 0
-    full, resumed = load_last(tmp_path, 0), load_last(tmp_path, 2)
+    full, resumed = load_last(tmp_path, 0), load_last(tmp_path, 1)  # resumed in its run directory
     for name, value in full["state_dict"].items():
         assert torch.equal(value, resumed["state_dict"][name]), name
 

@@ -12,6 +12,7 @@ deep copy, so stateful callbacks start fresh.
 from __future__ import annotations
 
 import copy
+import tempfile
 
 import pytest
 import pytorch_lightning as pl
@@ -50,7 +51,7 @@ def _fit(engine: str, callback: pl.Callback, optimizer=_sgd, max_parallel: int |
     torch.manual_seed(0)
     loop = FederatedLoop(client=model(), optimizer=optimizer, clients_per_round=4, local_epochs=2, batch_size=10,
                          seed=0, engine=engine, max_parallel_clients=max_parallel)
-    trainer = pl.Trainer(max_epochs=ROUNDS, accelerator="cpu", logger=False, enable_checkpointing=False,
+    trainer = pl.Trainer(default_root_dir=tempfile.mkdtemp(prefix="lfl-"), max_epochs=ROUNDS, accelerator="cpu", logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                          limit_val_batches=0, callbacks=[copy.deepcopy(callback)])
     trainer.fit(loop, datamodule=_data())

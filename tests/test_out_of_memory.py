@@ -50,7 +50,7 @@ def test_without_a_run_the_message_is_one_line_with_the_knobs(error, what) -> No
 
 @pytest.mark.parametrize(("kind", "what"), [("torch", "CPU allocation failed for 1,024.0 PiB"),  # 2**60 bytes
                                             ("python", "Python MemoryError")])
-def test_out_of_memory_in_round_1_is_explained_and_round_0_stays_saved(tiny, tmp_path, capfd, kind, what) -> None:
+def test_out_of_memory_in_round_2_is_explained_and_round_1_stays_saved(tiny, tmp_path, capfd, kind, what) -> None:
     allocate = {"class_path": "tests.checkpoint_faults.AllocateAtRound", "init_args": {"round_idx": 1, "kind": kind}}
     config = tiny(**{"trainer.callbacks": [{"class_path": "lightning_fl.callbacks.Scaffold"}, allocate,
                                            ROUND_CHECKPOINT]})
@@ -59,12 +59,12 @@ def test_out_of_memory_in_round_1_is_explained_and_round_0_stays_saved(tiny, tmp
     err = capfd.readouterr().err
     assert "Traceback" not in err
     first, numbers = err.strip().splitlines()[-2:]
-    assert first.startswith(f"error: out of memory in round 1 ({what}): ")
+    assert first.startswith(f"error: out of memory in round 2 ({what}): ")  # round index 1
     for knob in ("model.max_parallel_clients", "model.clients_per_round", "model.client_state: disk",
                  "model.engine: sequential", "trainer.precision"):
         assert knob in first
     assert first.endswith(f"the last checkpoint, {last} (1 round done), is intact (resume with --ckpt_path)")
-    # d = 60 x 10 weights + 10 biases = 610 floats = 2,440 bytes; 3 clients per round; after round 0,
+    # d = 60 x 10 weights + 10 biases = 610 floats = 2,440 bytes; 3 clients per round; after round 1,
     # SCAFFOLD holds one control row for each of the 3 clients that trained.
     assert numbers == ("model: 610 parameters (2.4 KiB in fp32); cohort: 3 of 6 clients (7.1 KiB of trained weights"
                        " per round); engine: vectorized, max_parallel_clients: all; per-client state in memory:"

@@ -21,6 +21,9 @@ from lightning_fl.client_table import ClientTable
 from tests.callbacks.helpers import CHECKPOINT, run_4_and_2_plus_2
 
 HIERARCHY = {"model.hierarchy": {"num_institutions": 2, "local_rounds": 2}}
+#: Dropout, partial stragglers under a deadline and over-selection: every draw replays on resume.
+SYSTEM = {"model.system": {"dropout": 0.3, "speed_mean": 3.0, "speed_sigma": 1.0, "deadline": 3.0,
+                           "stragglers": "partial", "over_selection": 0.5}}
 
 #: (callback class name, init_args, config overrides). Every stateful callback appears at least once.
 CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
@@ -34,6 +37,9 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("Scaffold", {}, {}),
     ("Scaffold", {}, {"model.engine": "sequential"}),
     ("Scaffold", {}, {"model.client_state": "disk"}),
+    ("Scaffold", {}, SYSTEM),
+    ("Scaffold", {}, {**SYSTEM, "model.engine": "sequential"}),
+    ("FedFa", {}, {**SYSTEM, "model.optimizer.init_args.momentum": 0.9, "model.keep_client_optimizer_state": True}),
     ("FedAdp", {}, {}),
     ("FedAdp", {}, HIERARCHY),
     ("IGFLClient", {}, {}),

@@ -1,4 +1,4 @@
-"""Seeded partitions of a pooled labelled dataset into clients, as configuration objects (SPEC section 8).
+"""Seeded partitions of a pooled labelled dataset into clients, as configuration objects (docs/algorithms.md, Data).
 
 Every partition is a :class:`Partition`: options validated in ``__init__``, data-dependent checks in
 :meth:`Partition.validate`, and a call ``partition(labels, num_clients, generator)`` that returns one

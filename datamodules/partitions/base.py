@@ -1,4 +1,4 @@
-"""The :class:`Partition` contract and the checks every partition shares (SPEC section 8).
+"""The :class:`Partition` contract and the checks every partition shares (docs/algorithms.md, Data).
 
 A partition is a small configuration object: its ``__init__`` checks the options that need no data
 (one-line :class:`~lightning_fl.validation.ConfigError` naming ``partition.<option>``), and

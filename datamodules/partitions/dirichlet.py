@@ -1,4 +1,4 @@
-"""Dirichlet label skew: each class's samples shared among clients by ``Dir(alpha)`` (SPEC section 8)."""
+"""Dirichlet label skew: each class's samples shared among clients by ``Dir(alpha)`` (docs/algorithms.md, Data)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""IID partition: a uniformly random split into equal-ish clients (SPEC section 8)."""
+"""IID partition: a uniformly random split into equal-ish clients (docs/algorithms.md, Data)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Quantity skew: unequal client sizes drawn from a heavy-tailed law, IID labels (SPEC section 8)."""
+"""Quantity skew: unequal client sizes drawn from a heavy-tailed law, IID labels (docs/algorithms.md, Data)."""
 
 from __future__ import annotations
 

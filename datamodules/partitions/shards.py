@@ -1,4 +1,4 @@
-"""``#C = k`` label skew by sort-and-partition shards (SPEC section 8, McMahan et al. 2017)."""
+"""``#C = k`` label skew by sort-and-partition shards (docs/algorithms.md, Data, McMahan et al. 2017)."""
 
 from __future__ import annotations
 

@@ -17,13 +17,14 @@ from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
 from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.evaluation import client_train_losses
 from lightning_fl.flat_state import FlatStateLayout
+from lightning_fl.functional.system import samples_seen
 from lightning_fl.models.base import ClientModule
 from lightning_fl.seeding import generator_for
 
 
 @dataclass
 class LocalTrainingPlan:
-    """How every client trains locally (SPEC section 1).
+    """How every client trains locally (docs/algorithms.md, Local training).
 
     Attributes:
         optimizer_factory: Builds the client optimizer from parameters (the config's ``optimizer``).
@@ -47,6 +48,18 @@ class LocalTrainingPlan:
 def num_local_steps(num_samples: Tensor, local_epochs: int, batch_size: int) -> Tensor:
     """``tau_k = E * ceil(n_k / B)`` for every client."""
     return local_epochs * torch.div(num_samples + batch_size - 1, batch_size, rounding_mode="floor")
+
+
+def final_epoch_samples(num_samples: Tensor, num_steps: Tensor, batch_size: int) -> Tensor:
+    """Samples in the steps of each client's last epoch, complete or not (``train_acc``/``train_loss``'s denominator).
+
+    Example:
+        >>> final_epoch_samples(torch.tensor([25, 25, 25]), torch.tensor([3, 5, 2]), 10).tolist()
+        [25, 20, 20]
+    """
+    per_epoch = torch.div(num_samples + batch_size - 1, batch_size, rounding_mode="floor")
+    done = num_steps - (num_steps - 1) // per_epoch * per_epoch  # steps taken in the last epoch
+    return torch.minimum(num_samples, done * batch_size)
 
 
 def epoch_permutation(seed: int, round_idx: int, client_id: int, epoch: int, num_samples: int,
@@ -86,7 +99,7 @@ class ClientEngine(ABC):
 
     def train_cohort(self, round_idx: int, client_ids: Tensor, participation: Tensor, hooks: ClientHookSet,
                      cohort_size: int | None = None, sub_round: int = 0, local_epochs: int | None = None,
-                     loss_before: Tensor | None = None) -> CohortUpdate:
+                     loss_before: Tensor | None = None, num_steps: Tensor | None = None) -> CohortUpdate:
         """Train ``client_ids`` from the current global model.
 
         Args:
@@ -99,16 +112,27 @@ class ClientEngine(ABC):
             local_epochs: Override of ``plan.local_epochs`` for this call (Tempo's adaptive epochs).
             loss_before: ``loss_before_k`` already measured (a shard of a cohort measured as a whole);
                 ``None``: measured here when a hook asks for it.
+            num_steps: ``(K,)`` local steps each client takes, at most ``tau_k`` (partial work of
+                stragglers under ``model.system``); ``None``: ``tau_k`` for every client. A client
+                that stops early reports the samples it saw as ``n_k`` and statistics over the
+                steps of its last (possibly incomplete) epoch.
         """
         if local_epochs is not None and local_epochs != self.plan.local_epochs:
             saved, self.plan = self.plan, replace(self.plan, local_epochs=local_epochs)
             try:
                 return self.train_cohort(round_idx, client_ids, participation, hooks, cohort_size, sub_round,
-                                         loss_before=loss_before)
+                                         loss_before=loss_before, num_steps=num_steps)
             finally:
                 self.plan = saved
         num_samples = self.data.train_sizes().cpu()[client_ids]
-        num_steps = num_local_steps(num_samples, self.plan.local_epochs, self.plan.batch_size)
+        full_steps = num_local_steps(num_samples, self.plan.local_epochs, self.plan.batch_size)
+        if num_steps is None:
+            num_steps = full_steps
+        elif bool((num_steps > full_steps).any() or (num_steps < 1).any()):
+            raise ValueError("num_steps must be between 1 and tau_k for every client")
+        else:
+            num_steps = num_steps.cpu().long()
+            num_samples = samples_seen(num_samples, num_steps, self.plan.batch_size)
         if len(client_ids) == 0:  # a rank whose share of a small cohort is empty
             return CohortUpdate(
                 round_idx=round_idx, client_ids=client_ids, weights=torch.empty(0, self.layout.numel,

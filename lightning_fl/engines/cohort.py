@@ -118,17 +118,48 @@ class CohortUpdate:
             return weighted_average(self.weights, coefficients)
         return self.reduce_rows(coefficients)
 
-    def first_non_finite_client(self) -> tuple[int, str] | None:
-        """The first client whose loss or weights are NaN/inf, with what went wrong, else ``None``."""
+    def non_finite_clients(self) -> list[tuple[int, str]]:
+        """Every client whose loss or weights are NaN/inf, with what went wrong, in cohort order."""
         bad_loss = ~torch.isfinite(self.train_loss)
         if self.weights is None:
             bad_weights = ~self.finite
         else:  # a few rows at a time: isfinite over all (K, d) at once costs almost twice the weights
             bad_weights = torch.cat([~torch.isfinite(rows).all(dim=1) for rows in self.weights.split(16)]
                                     ) if len(self.weights) else torch.zeros(0, dtype=torch.bool)
-        bad = (bad_loss | bad_weights.to(bad_loss.device)).nonzero()
-        if len(bad) == 0:
-            return None
-        k = int(bad[0])
-        what = f"train loss {float(self.train_loss[k])}" if bool(bad_loss[k]) else "non-finite weights"
-        return int(self.client_ids[k]), what
+        bad = (bad_loss | bad_weights.to(bad_loss.device)).nonzero().flatten().tolist()
+        return [(int(self.client_ids[k]), f"train loss {float(self.train_loss[k])}" if bool(bad_loss[k])
+                 else "non-finite weights") for k in bad]
+
+    def first_non_finite_client(self) -> tuple[int, str] | None:
+        """The first client whose loss or weights are NaN/inf, with what went wrong, else ``None``."""
+        bad = self.non_finite_clients()
+        return bad[0] if bad else None
+
+    def select(self, keep: Tensor) -> CohortUpdate:
+        """The update of the clients where ``keep`` (``(K,)`` bool) is set, in cohort order.
+
+        With ``model.exchange: reduce`` the other clients' rows stay on their ranks and are left out
+        of every weighted sum (a zero coefficient would still turn a NaN row into a NaN sum).
+        """
+        rows = keep.nonzero().flatten()
+        cpu_rows = rows.cpu()
+
+        def pick(value: Tensor | None) -> Tensor | None:
+            return None if value is None else value[rows.to(value.device)]
+
+        reduce_rows = None
+        if self.reduce_rows is not None:
+            full_reduce, size = self.reduce_rows, len(keep)
+
+            def reduce_rows(coefficients: Tensor) -> Tensor:
+                full = coefficients.new_zeros(size)
+                full[cpu_rows.to(full.device)] = coefficients
+                return full_reduce(full)
+
+        return CohortUpdate(
+            round_idx=self.round_idx, client_ids=self.client_ids[cpu_rows], weights=pick(self.weights),
+            int_state=self.int_state, num_samples=self.num_samples[cpu_rows], num_steps=self.num_steps[cpu_rows],
+            train_acc=self.train_acc[cpu_rows], train_loss=self.train_loss[cpu_rows],
+            participation=self.participation[cpu_rows], label_hist=self.label_hist[cpu_rows],
+            loss_before=pick(self.loss_before), extra={k: pick(v) for k, v in self.extra.items()},
+            reduce_rows=reduce_rows, finite=pick(self.finite))

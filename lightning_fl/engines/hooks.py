@@ -22,7 +22,7 @@ class ClientHooks:
 
     Attributes:
         requires_loss_before: Set to ``True`` when the algorithm needs ``loss_before_k``, the loss of
-            ``w^t`` on each client's train split before training (q-FFL, SPEC section 1).
+            ``w^t`` on each client's train split before training (q-FFL, docs/algorithms.md, Notation).
     """
 
     requires_loss_before: bool = False

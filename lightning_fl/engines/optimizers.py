@@ -1,7 +1,7 @@
 """Client optimizers on cohort-stacked parameters: which ones are exact, and their per-client state.
 
 The vectorized engine builds the configured client optimizer once over parameters with a leading
-cohort dimension ``(C, *shape)``. That is exact (SPEC section 1: every client runs *the* client
+cohort dimension ``(C, *shape)``. That is exact (docs/algorithms.md, Local training: every client runs *the* client
 optimizer) only for optimizers whose update of an element depends on that element's parameter,
 gradient and state alone, plus scalars that are the same for every client (the learning rate, and the
 step count, which all stepping clients share). Optimizers that look at whole tensors (norms, matrix

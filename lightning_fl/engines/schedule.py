@@ -2,7 +2,7 @@
 
 Every engine draws client ``k``'s local epoch ``e`` in the order
 ``epoch_permutation(seed, t, k, e, n_k)`` and cuts it into ``ceil(n_k / B)`` batches, the last one
-possibly partial (SPEC section 1). For a chunk of clients trained together, this module lays those
+possibly partial (docs/algorithms.md, Local training). For a chunk of clients trained together, this module lays those
 batches out as rows into the federation's training tensors, with per-sample loss weights
 (``1 / |batch|`` for a real sample, ``0`` for padding), so a local step of the whole chunk is one
 slice of a staged tensor and no per-client ``DataLoader`` exists.
@@ -57,8 +57,8 @@ class ChunkSchedule:
 
 def build_schedule(*, seed: int, round_idx: int, sub_round: int, client_ids: Sequence[int],
                    sizes: Sequence[int], offsets: Sequence[int], local_epochs: int, batch_size: int,
-                   device: torch.device) -> ChunkSchedule:
-    """Lay out the batches of ``client_ids`` (sorted by decreasing ``n_k``) for one round.
+                   device: torch.device, num_steps: Sequence[int] | None = None) -> ChunkSchedule:
+    """Lay out the batches of ``client_ids`` (sorted by decreasing ``tau_k``) for one round.
 
     Args:
         seed: Run seed.
@@ -70,24 +70,32 @@ def build_schedule(*, seed: int, round_idx: int, sub_round: int, client_ids: Seq
         local_epochs: ``E``.
         batch_size: ``B``.
         device: Where the tables live (the training device).
+        num_steps: Each client's local steps when fewer than ``E ceil(n_k / B)`` (a straggler's
+            partial work); ``None``: all of them. Final-epoch statistics then cover the steps of the
+            last epoch a client reaches, complete or not.
     """
     B, E, C = batch_size, local_epochs, len(client_ids)
     # numpy for the table arithmetic: these arrays are small and torch's per-op cost (a few us)
     # would dominate; the permutations themselves come from torch (epoch_permutation).
     n = np.asarray(sizes, dtype=np.int64)
     per_epoch = -(-n // B)
-    taus = E * per_epoch
+    taus = E * per_epoch if num_steps is None else np.asarray(num_steps, dtype=np.int64)
     if (taus[1:] > taus[:-1]).any():
         raise ValueError("clients must be ordered by decreasing number of local steps")
     T = int(taus[0])
+    epochs = -(-taus // per_epoch)  # epochs each client starts (the last one may be cut short)
     # Sample p of client j's epoch e goes to step e * spe_j + p // B, slot p % B (one scatter for all).
     orders = torch.cat([epoch_permutation(seed, round_idx, client, e, size, sub_round)
-                        for client, size in zip(client_ids, sizes) for e in range(E)]).numpy()
-    block_len = np.repeat(n, E)  # block (j, e) holds n_j samples
-    block_of = np.repeat(np.arange(C * E), block_len)
+                        for client, size, count in zip(client_ids, sizes, epochs.tolist()) for e in range(count)]).numpy()
+    block_len = np.repeat(n, epochs)  # block (j, e) holds n_j samples
+    block_client = np.repeat(np.arange(C), epochs)
+    block_epoch = np.arange(len(block_len)) - np.repeat(np.cumsum(epochs) - epochs, epochs)
+    block_of = np.repeat(np.arange(len(block_len)), block_len)
     position = np.arange(len(orders)) - np.repeat(np.cumsum(block_len) - block_len, block_len)
-    client_of = block_of // E
-    step_of = (block_of % E) * per_epoch[client_of] + position // B
+    client_of = block_client[block_of]
+    step_of = block_epoch[block_of] * per_epoch[client_of] + position // B
+    taken = step_of < taus[client_of]  # samples of steps a partial client never takes are not scheduled
+    orders, client_of, step_of, position = orders[taken], client_of[taken], step_of[taken], position[taken]
     index = np.empty((T, C, B), dtype=np.int64)
     index[:] = np.asarray(offsets, dtype=np.int64).reshape(1, C, 1)  # padding: the client's first sample
     index[step_of, client_of, position % B] = orders + np.asarray(offsets, dtype=np.int64)[client_of]
@@ -97,7 +105,8 @@ def build_schedule(*, seed: int, round_idx: int, sub_round: int, client_ids: Seq
     start = (step % per_epoch.reshape(1, C, 1)) * B
     real = (start + np.arange(B).reshape(1, 1, B) < n.reshape(1, C, 1)) & (step < taus.reshape(1, C, 1))
     weight = (real / np.clip(n.reshape(1, C, 1) - start, 1, B)).astype(np.float32)
-    final = (real & (step >= (taus - per_epoch).reshape(1, C, 1))).astype(np.float32)
+    last_epoch_start = (taus - 1) // per_epoch * per_epoch
+    final = (real & (step >= last_epoch_start.reshape(1, C, 1))).astype(np.float32)
     live = np.broadcast_to((step < taus.reshape(1, C, 1)), (T, C, B))  # the prefix still training
     active = live[:, :, 0].sum(1)
     has_final = (final.reshape(T, -1).any(1)).tolist()

@@ -82,23 +82,30 @@ class SequentialEngine(ClientEngine):
         hooks.on_local_train_start(ctx)
         correct = torch.zeros((), device=y_all.device)
         loss_sum = torch.zeros((), device=y_all.device)
+        budget = int(ctx.num_steps[0])  # tau_k, or fewer for a straggler's partial work
+        per_epoch = self._num_batches(num_samples, plan.batch_size)
+        last_epoch = (budget - 1) // per_epoch  # statistics cover the steps of this (possibly incomplete) epoch
+        seen_in_last = 0
         step_idx = 0
-        for epoch in range(plan.local_epochs):
+        for epoch in range(last_epoch + 1):
             order = epoch_permutation(plan.seed, ctx.round_idx, client_id, epoch, num_samples, ctx.sub_round)
             order = order.to(y_all.device)
-            final_epoch = epoch == plan.local_epochs - 1
+            final_epoch = epoch == last_epoch
             for start in range(0, num_samples, plan.batch_size):
+                if step_idx == budget:
+                    break
                 index = order[start : start + plan.batch_size]
                 target.x, target.y = x_all.index_select(0, index), y_all.index_select(0, index)
                 logits = local_step(ctx, target, step_idx)
                 if final_epoch:
+                    seen_in_last += len(index)
                     with torch.no_grad():
                         correct += (logits.argmax(1) == target.y).sum()
                         loss_sum += target.loss.detach().float() * len(target.y)
                 step_idx += 1
         self.store.save_optimizer_state(client_id, optimizer.state_dict())
         extra = hooks.on_local_train_end(ctx, target.stacked())
-        return float(correct) / num_samples, float(loss_sum) / num_samples, extra
+        return float(correct) / seen_in_last, float(loss_sum) / seen_in_last, extra
 
 
 class _WorkingModule(StepTarget):

@@ -8,7 +8,7 @@ does not depend on the parameters is taken out of the step loop (profile in docs
   hand-written cross-entropy gradient precomputes ``-w * onehot(y)``, the label part of
   ``w * (softmax(z) - onehot(y))``.
 * :class:`FinalEpochStats` keeps the logits of final-epoch steps and computes ``train_acc`` and
-  ``train_loss`` (SPEC section 1) for the whole chunk in one pass after training.
+  ``train_loss`` (docs/algorithms.md, Notation) for the whole chunk in one pass after training.
 """
 
 from __future__ import annotations

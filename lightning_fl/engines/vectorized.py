@@ -1,6 +1,6 @@
 """The vectorized client engine: a whole cohort (or a chunk of it) trains in lock step.
 
-SPEC section 1 has every client train ``tau_k = E * ceil(n_k / B)`` minibatch steps from ``w^t`` with
+Local training (docs/algorithms.md, Local training) has every client train ``tau_k = E * ceil(n_k / B)`` minibatch steps from ``w^t`` with
 the configured client optimizer. Here the clients' parameters are stacked along a leading cohort
 dimension ``(C, *shape)`` and each local step is one batched forward/backward over all ``C`` clients
 (see :mod:`lightning_fl.engines.formulation`), followed by one ``step()`` of the configured optimizer
@@ -29,7 +29,7 @@ from typing_extensions import override
 
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.data import FederatedData
-from lightning_fl.engines.base import ClientEngine, LocalTrainingPlan
+from lightning_fl.engines.base import ClientEngine, LocalTrainingPlan, final_epoch_samples
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.engines.formulation import analyse_model, build_forward, verify
 from lightning_fl.engines.fused import FusedLinearChain
@@ -138,9 +138,11 @@ class VectorizedEngine(ClientEngine):
         for position, state in enumerate(saved):
             groups.setdefault(state_signature(state), []).append(position)
         limit = self.plan.max_parallel_clients or len(ids)
+        steps = ctx.num_steps.tolist()
         chunks = []
         for signature, positions in groups.items():
-            positions.sort(key=lambda p: (-self._sizes[ids[p]], p))
+            # By decreasing tau_k (the schedule trains a shrinking prefix), then n_k, then position.
+            positions.sort(key=lambda p: (-steps[p], -self._sizes[ids[p]], p))
             for start in range(0, len(positions), limit):
                 part = positions[start : start + limit]
                 chunks.append((part, None if signature is None else [saved[p] for p in part]))
@@ -161,7 +163,8 @@ class VectorizedEngine(ClientEngine):
         id_list = ids.tolist()
         schedule = build_schedule(seed=plan.seed, round_idx=ctx.round_idx, sub_round=ctx.sub_round, client_ids=id_list,
                                   sizes=sizes, offsets=[self._offsets[k] for k in id_list],
-                                  local_epochs=plan.local_epochs, batch_size=plan.batch_size, device=device)
+                                  local_epochs=plan.local_epochs, batch_size=plan.batch_size, device=device,
+                                  num_steps=ctx.num_steps[index].tolist())
         fused = isinstance(self.forward, FusedLinearChain)
         batches = StagedBatches(schedule, self.data.x_train, self.data.y_train,
                                 self.model.num_classes if fused else None)
@@ -182,8 +185,8 @@ class VectorizedEngine(ClientEngine):
         chunk.active[:] = False
         extra = hooks.on_local_train_end(chunk, full)
         correct, loss_sum = stats.totals(per_sample_cross_entropy if self._default_loss else self._per_sample_loss, num)
-        n_k = torch.tensor(sizes, dtype=torch.float64)
-        return full, correct / n_k, loss_sum / n_k, extra
+        seen = final_epoch_samples(torch.tensor(sizes), ctx.num_steps[index], plan.batch_size).double()
+        return full, correct / seen, loss_sum / seen, extra
 
     def _steps(self, chunk: LocalTrainingContext, schedule: ChunkSchedule, batches: StagedBatches,
                stats: FinalEpochStats, full: dict[str, Tensor], leaves: list[Tensor], optimizer: Optimizer,

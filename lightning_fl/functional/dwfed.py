@@ -1,4 +1,4 @@
-"""DWFed: aggregation weights from the index of statistical heterogeneity (SPEC section 5).
+"""DWFed: aggregation weights from the index of statistical heterogeneity (docs/algorithms.md, DWFed).
 
 ``P`` is the normalised sum of *all* clients' label histograms (the server learns the histograms: a
 documented privacy trade-off, as in the paper); ``D_k = sum_c |p_k(c) - P(c)|`` (EMD, L1 form,
@@ -12,7 +12,7 @@ Defaults and readings documented here:
 - ``weight_by_samples`` (off by default): pass ``num_samples`` and ``ISH_k`` is multiplied by ``n_k``
   before normalising.
 - If every ``ISH_k`` clamps to 0 (or the sum is otherwise 0/NaN/inf), the weights fall back to uniform
-  (SPEC section 1) and the result is reported as degenerate, except for a one-client cohort, whose
+  (docs/algorithms.md, Server arithmetic) and the result is reported as degenerate, except for a one-client cohort, whose
   weight is 1 regardless.
 - ``D_k`` is computed over the whole population ``P`` (every client, not only the cohort);
   :func:`cohort_emd` does this and then selects the cohort.
@@ -30,7 +30,7 @@ __all__ = ["cohort_emd", "ish_weights"]
 
 
 def cohort_emd(label_histograms: Tensor, cohort: Tensor) -> Tensor:
-    """``D_k`` of the cohort members against the population of *all* clients (SPEC section 5).
+    """``D_k`` of the cohort members against the population of *all* clients (docs/algorithms.md, DWFed).
 
     Args:
         label_histograms: ``(N, C)`` label counts of every client.
@@ -53,7 +53,7 @@ def ish_weights(
     eta_ish: float = 1.0,
     num_samples: Tensor | None = None,
 ) -> tuple[Tensor, bool]:
-    """DWFed weights ``alpha_k`` from the cohort members' EMDs (SPEC section 5).
+    """DWFed weights ``alpha_k`` from the cohort members' EMDs (docs/algorithms.md, DWFed).
 
     Args:
         emd: ``(K,)`` ``D_k`` (e.g. from :func:`cohort_emd`); its dtype is kept if floating point.

@@ -1,9 +1,9 @@
-"""Fairness and progress metrics over per-client test results (SPEC section 7).
+"""Fairness and progress metrics over per-client test results (docs/algorithms.md, Fairness metrics).
 
 Pure, torchmetrics-functional style helpers: every function takes plain tensors (or lists) and
 returns tensors, Python scalars or strings; nothing here holds state or logs anything.
 
-Conventions (SPEC section 7, FedFa Information Sciences 2022 Table 2):
+Conventions (docs/algorithms.md, Fairness metrics, FedFa Information Sciences 2022 Table 2):
 
 * A client's accuracy is ``correct_k / total_k`` on its local test split.
 * Clients with **zero test samples** (tiny clients under an 80/20 split) have no accuracy: they
@@ -34,7 +34,7 @@ __all__ = [
     "tail_count",
 ]
 
-#: The keys of :func:`fairness_metrics`, in a stable order (SPEC section 7).
+#: The keys of :func:`fairness_metrics`, in a stable order (docs/algorithms.md, Fairness metrics).
 FAIRNESS_KEYS: tuple[str, ...] = (
     "acc_mean",
     "acc_weighted",
@@ -74,7 +74,7 @@ def _as_counts(correct: Tensor | Sequence[float], total: Tensor | Sequence[float
 
 
 def tail_count(n: int) -> int:
-    """Number of clients in a 20% tail: ``ceil(0.2 * n)`` (SPEC section 7).
+    """Number of clients in a 20% tail: ``ceil(0.2 * n)`` (docs/algorithms.md, Fairness metrics).
 
     Computed in integer arithmetic as ``(n + 4) // 5``, because the float expression
     ``math.ceil(0.2 * n)`` is wrong for some ``n`` (``0.2 * 15 == 3.0000000000000004``).
@@ -98,7 +98,7 @@ def tail_count(n: int) -> int:
 
 
 def client_accuracies(correct: Tensor, total: Tensor) -> Tensor:
-    """Per-client test accuracy ``correct_k / total_k`` (SPEC section 7).
+    """Per-client test accuracy ``correct_k / total_k`` (docs/algorithms.md, Fairness metrics).
 
     Args:
         correct: ``(N,)`` number of correctly classified test samples per client (int or float).
@@ -123,7 +123,7 @@ def client_accuracies(correct: Tensor, total: Tensor) -> Tensor:
 
 
 def fairness_metrics(correct: Tensor, total: Tensor) -> dict[str, float]:
-    """Fairness statistics of the client accuracy distribution (SPEC section 7, FedFa Table 2).
+    """Fairness statistics of the client accuracy distribution (docs/algorithms.md, Fairness metrics, FedFa Table 2).
 
     Let ``a_k = correct_k / total_k`` over the ``N`` clients **with at least one test sample**
     (clients with ``total_k == 0`` are excluded from the unweighted statistics and have weight 0
@@ -133,7 +133,7 @@ def fairness_metrics(correct: Tensor, total: Tensor) -> dict[str, float]:
     * ``acc_weighted``: ``sum_k total_k a_k / sum_k total_k`` (weighted by test samples).
     * ``acc_pooled``: ``sum_k correct_k / sum_k total_k``, the accuracy on the union of the test
       sets. It equals ``acc_weighted`` by construction (up to rounding); both are returned because
-      SPEC section 7 lists both.
+      the project documents both (docs/algorithms.md, Fairness metrics).
     * ``acc_worst20`` / ``acc_best20``: mean of the ``m`` lowest / highest ``a_k``.
     * ``acc_var``: population variance (divide by ``N``) of ``100 a_k``, in percent^2, as the
       "Variance" column of FedFa Table 2.
@@ -201,7 +201,7 @@ def first_reaching(
     target: float,
     mode: Literal["max", "min"] = "max",
 ) -> int | None:
-    """Index of the first value that reaches ``target`` (rounds-to-target, SPEC section 7).
+    """Index of the first value that reaches ``target`` (docs/algorithms.md, Rounds to target).
 
     With ``mode="max"`` (higher is better, e.g. accuracy) the first ``i`` with
     ``values[i] >= target``; with ``mode="min"`` (lower is better, e.g. loss) the first ``i`` with

@@ -1,4 +1,4 @@
-"""FedAdp (Wu & Wang 2021): angle-adaptive aggregation weights, Tempo's baseline (SPEC section 2).
+"""FedAdp (Wu & Wang 2021): angle-adaptive aggregation weights, Tempo's baseline (docs/algorithms.md, FedAdp).
 
 ``g_k = w^t - y_k``; ``g = sum_k p_k g_k`` with ``p_k = n_k / sum_j n_j``;
 ``theta_k = arccos(cos(g_k, g))`` (radians); smoothed angle
@@ -15,7 +15,7 @@ Readings documented here:
   client the same angle, so the weights reduce to ``n_k / sum n`` (FedAvg).
 - First participation (``m_k = 1``): the smoothed angle is the instantaneous one; the previous value
   is ignored entirely (it may be a placeholder, even NaN). ``m_k`` must be >= 1.
-- ``p_k`` and ``psi_k`` use SPEC section 1's uniform fallback (e.g. all ``n_k`` zero).
+- ``p_k`` and ``psi_k`` use the uniform fallback (docs/algorithms.md, Server arithmetic), e.g. all ``n_k`` zero.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def fedadp_weights(
     participation_count: Tensor,
     alpha: float = 5.0,
 ) -> FedAdpWeights:
-    """FedAdp aggregation weights and smoothed angles (SPEC section 2).
+    """FedAdp aggregation weights and smoothed angles (docs/algorithms.md, FedAdp).
 
     Args:
         global_w: ``w^t``, ``(d,)``.

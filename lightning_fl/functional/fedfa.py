@@ -1,4 +1,4 @@
-"""FedFa (fairness and accuracy): information-quantity weights and server momentum (SPEC section 3).
+"""FedFa (fairness and accuracy): information-quantity weights and server momentum (docs/algorithms.md, FedFa).
 
 Weights over the cohort (paper eqs. 9-15, :func:`fedfa_weights`):
 
@@ -12,8 +12,8 @@ Weights over the cohort (paper eqs. 9-15, :func:`fedfa_weights`):
    (within 1e-6; anything else is a configuration error). ``w_agg = sum_k weight_k y_k``.
 
 Server momentum (eqs. 3-7, :func:`server_momentum_step`). The paper's printed sign would undo the
-clients' progress on its first step; SPEC implements the descent form: ``g = w^t - w_agg``;
-``heavy_ball`` (journal, default) ``m <- gamma_s m + g``; ``ema`` (arXiv variant)
+clients' progress on its first step; we implement the descent form: ``g = w^t - w_agg``;
+``heavy_ball`` (journal, default) ``m <- gamma_s m + g``; ``ema`` (ours; see docs/algorithms.md, FedFa)
 ``m <- gamma_s m + (1 - gamma_s) g``. The buffer is updated every round; if ``(t + 1) % b == 0``
 then ``w^{t+1} = w^t - eta_s m``, otherwise ``w^{t+1} = w_agg``. Defaults ``gamma_s = 0.5``,
 ``eta_s = 1``, ``b = 1``; ``gamma_s = 0, b = 1`` is plain weighted averaging (exactly, see below).
@@ -21,7 +21,7 @@ FedFa-mo (the paper's ablation) is the same momentum step after FedAvg weights `
 
 Readings documented here:
 
-- Every normalisation (steps 1 and 3) uses SPEC section 1's uniform fallback. All-zero training
+- Every normalisation (steps 1 and 3) uses the uniform fallback (docs/algorithms.md, Server arithmetic). All-zero training
   accuracies therefore give ``a_k = 1 / K`` and, after step 3, uniform accuracy information (the
   literal ``a_k = 0 -> -log2(c)`` reading gives the same uniform result); the fallback is reported.
 - A one-client cohort gets weight 1 (``Iacc = -log2(1) = 0`` is not reported as degenerate).
@@ -75,7 +75,7 @@ def fedfa_weights(
     beta: float,
     c: float = FEDFA_C,
 ) -> tuple[Tensor, bool]:
-    """FedFa aggregation weights (SPEC section 3, steps 1-4).
+    """FedFa aggregation weights (docs/algorithms.md, FedFa, steps 1-4).
 
     Args:
         train_acc: ``(K,)`` training accuracy of each cohort member in ``[0, 1]``.
@@ -117,7 +117,7 @@ def server_momentum_step(
     period: int = 1,
     form: str = "heavy_ball",
 ) -> tuple[Tensor, Tensor]:
-    """FedFa's server momentum in descent form (SPEC section 3, step 5).
+    """FedFa's server momentum in descent form (docs/algorithms.md, FedFa, step 5).
 
     Args:
         global_w: ``w^t``, ``(d,)``.

@@ -1,6 +1,6 @@
-"""FedNova (Wang et al. 2020): normalised averaging of local updates (SPEC section 2).
+"""FedNova (Wang et al. 2020): normalised averaging of local updates (docs/algorithms.md, FedNova).
 
-``p_k = n_k / sum_j n_j`` (with SPEC section 1's uniform fallback);
+``p_k = n_k / sum_j n_j`` (with the uniform fallback of docs/algorithms.md, Server arithmetic);
 ``a_k = tau_k`` for plain SGD and, with client momentum ``rho``,
 ``a_k = (tau_k - rho (1 - rho^tau_k) / (1 - rho)) / (1 - rho)``;
 ``d_k = (w^t - y_k) / a_k``; ``tau_eff = sum_k p_k a_k``; ``w^{t+1} = w^t - tau_eff sum_k p_k d_k``.
@@ -41,7 +41,7 @@ class FedNovaStep(NamedTuple):
 
 
 def fednova_normalizer(num_steps: Tensor, momentum: float = 0.0) -> Tensor:
-    """FedNova's ``a_k`` for each client (SPEC section 2).
+    """FedNova's ``a_k`` for each client (docs/algorithms.md, FedNova).
 
     Args:
         num_steps: ``(K,)`` local step counts ``tau_k`` (any numeric dtype).
@@ -75,7 +75,7 @@ def fednova_step(
     num_steps: Tensor,
     momentum: float = 0.0,
 ) -> FedNovaStep:
-    """One FedNova server step (SPEC section 2).
+    """One FedNova server step (docs/algorithms.md, FedNova).
 
     Args:
         global_w: ``w^t``, ``(d,)``.

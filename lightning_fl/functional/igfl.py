@@ -1,6 +1,6 @@
 """IGFL (individual and group behaviours, IJCAI 2021): client correction and attention aggregation.
 
-SPEC section 4. Stored state: ``dW_ps = w^t - w^{t-1}`` (zeros at ``t = 0``) and, per client,
+docs/algorithms.md, IGFL. Stored state: ``dW_ps = w^t - w^{t-1}`` (zeros at ``t = 0``) and, per client,
 ``dW_k_prev``, the delta ``y_k - w`` of its last participation (zeros if none).
 
 IGFL-C (Algorithm 2, :func:`igfl_client_correction`): at each local step, with ``D_I`` the step the
@@ -25,7 +25,7 @@ Readings documented here:
   and more) give a sharp but finite distribution, never NaN.
 - ``cosine`` with a zero vector is 0, not NaN (a client seen for the first time has
   ``dW_k_prev = 0``; in ``time`` mode with ``dot`` its score is 0 as well).
-- For ``time``, SPEC's reading is used: each client's previous delta is scored against its own
+- For ``time``, our reading is used (docs/algorithms.md, IGFL-S): each client's previous delta is scored against its own
   current delta only, then the softmax runs over the cohort (the paper's printed denominator mixes
   indices).
 - ``T`` in IGFL-C is the number of local steps the client takes this round (known in advance from
@@ -61,7 +61,7 @@ def igfl_client_correction(
     num_steps: Tensor | int,
     cohort_size: int,
 ) -> Tensor:
-    """IGFL-C's group term ``D_G = (1/K) (D_I - dW_k_prev / T) + dW_ps / T`` (SPEC section 4).
+    """IGFL-C's group term ``D_G = (1/K) (D_I - dW_k_prev / T) + dW_ps / T`` (docs/algorithms.md, IGFL-C).
 
     Works for one client (all tensors shaped like the parameter) or a whole cohort with a leading
     dimension ``C`` (``step_delta`` and ``prev_delta`` ``(C, ...)``, ``server_delta`` ``(...)``
@@ -183,7 +183,7 @@ def igfl_attention_aggregate(
     similarity: str = "dot",
     temperature: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
-    """IGFL-S attention-based aggregation (SPEC section 4, Algorithm 3).
+    """IGFL-S attention-based aggregation (docs/algorithms.md, IGFL-S, Algorithm 3).
 
     Args:
         global_w: ``w^t``, ``(d,)``.

@@ -1,4 +1,4 @@
-"""Label-distribution statistics shared by the data reports and DWFed (SPEC sections 5 and 8)."""
+"""Label-distribution statistics shared by the data reports and DWFed (docs/algorithms.md, DWFed)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ def label_distributions(histograms: Tensor) -> Tensor:
 
 
 def population_distribution(histograms: Tensor) -> Tensor:
-    """``P``: the normalised sum of all clients' label histograms (SPEC 5)."""
+    """``P``: the normalised sum of all clients' label histograms (docs/algorithms.md, DWFed)."""
     total = histograms.to(torch.float64).sum(dim=0)
     return total / total.sum().clamp_min(1)
 
 
 def emd_to_population(histograms: Tensor) -> Tensor:
-    """``D_k = sum_c |p_k(c) - P(c)|`` for every client (SPEC 5, DWFed eq. 7), in float64."""
+    """``D_k = sum_c |p_k(c) - P(c)|`` for every client (docs/algorithms.md, DWFed, DWFed eq. 7), in float64."""
     return (label_distributions(histograms) - population_distribution(histograms)).abs().sum(dim=1)

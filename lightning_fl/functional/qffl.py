@@ -1,4 +1,4 @@
-"""q-FFL / q-FedAvg (Li et al. 2020), the fair-resource-allocation server step (SPEC section 2).
+"""q-FFL / q-FedAvg (Li et al. 2020), the fair-resource-allocation server step (docs/algorithms.md, q-FFL).
 
 ``L = 1 / eta_l`` (the client learning rate), ``F_k = loss_before_k + 1e-10`` (the loss of ``w^t``
 on client ``k``'s training set, measured before local training);
@@ -29,7 +29,7 @@ QFFL_EPSILON = 1e-10
 
 
 def qffl_step(global_w: Tensor, client_w: Tensor, loss_before: Tensor, lr: float, q: float = 1.0) -> Tensor:
-    """One q-FFL server step (SPEC section 2).
+    """One q-FFL server step (docs/algorithms.md, q-FFL).
 
     Args:
         global_w: ``w^t``, ``(d,)``.

@@ -1,4 +1,4 @@
-"""SCAFFOLD (Karimireddy et al. 2020), option II control variates (SPEC section 2).
+"""SCAFFOLD (Karimireddy et al. 2020), option II control variates (docs/algorithms.md, SCAFFOLD).
 
 State: a server control ``c`` (``(d,)``) and one control ``c_k`` per client, all zeros at start.
 
@@ -29,7 +29,7 @@ __all__ = ["scaffold_client_control", "scaffold_correct_grad", "scaffold_server_
 
 
 def scaffold_correct_grad(grad: Tensor, c_k: Tensor, c: Tensor) -> Tensor:
-    """The corrected local gradient ``g - c_k + c`` (SPEC section 2).
+    """The corrected local gradient ``g - c_k + c`` (docs/algorithms.md, SCAFFOLD).
 
     Works unchanged with a leading cohort dimension (``grad`` and ``c_k`` of shape ``(C, ...)``, ``c``
     of shape ``(...)``) because it is plain broadcasting.
@@ -57,7 +57,7 @@ def scaffold_client_control(
     num_steps: Tensor | int,
     lr: float,
 ) -> Tensor:
-    """Option II control update ``c_k+ = c_k - c + (w^t - y_k) / (tau_k eta_l)`` (SPEC section 2).
+    """Option II control update ``c_k+ = c_k - c + (w^t - y_k) / (tau_k eta_l)`` (docs/algorithms.md, SCAFFOLD).
 
     Args:
         c_k: The client's control, ``(d,)``, or ``(K, d)`` for a whole cohort.
@@ -94,7 +94,7 @@ def scaffold_server_step(
     num_clients_total: int,
     server_lr: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
-    """SCAFFOLD server update (SPEC section 2).
+    """SCAFFOLD server update (docs/algorithms.md, SCAFFOLD).
 
     Args:
         global_w: ``w^t``, ``(d,)``.

@@ -1,6 +1,6 @@
 """Server optimizers on the FedAvg pseudo-gradient: FedAvgM and FedAdam / FedYogi / FedAdagrad.
 
-SPEC section 2. Every function takes the global model ``w^t`` (``(d,)``), the cohort average
+docs/algorithms.md, FedAvgM; FedAdam / FedYogi / FedAdagrad. Every function takes the global model ``w^t`` (``(d,)``), the cohort average
 ``w_avg`` (``(d,)``, e.g. :func:`~lightning_fl.functional.weights.weighted_average` of the client
 weights) and the optimizer state, and returns the new global model and the new state; nothing is
 modified in place.
@@ -9,13 +9,13 @@ FedAvgM (Hsu et al. 2019): ``g = w^t - w_avg``; ``v <- beta v + g``; ``w^{t+1} =
 Defaults ``beta = 0.9``, ``eta_s = 1``. The velocity starts at zeros.
 
 FedAdam / FedYogi / FedAdagrad (Reddi et al. 2021, Algorithm 2, no bias correction):
-``D = w_avg - w^t``; ``m <- b1 m + (1 - b1) D`` (all three kinds, as SPEC writes it: Adagrad gets the
+``D = w_avg - w^t``; ``m <- b1 m + (1 - b1) D`` (all three kinds, as docs/algorithms.md writes it: Adagrad gets the
 same first moment); Adam ``v <- b2 v + (1 - b2) D^2``; Yogi
 ``v <- v - (1 - b2) D^2 sign(v - D^2)`` (``sign`` of the *previous* ``v``; ``sign(0) = 0``);
 Adagrad ``v <- v + D^2``; ``w^{t+1} = w^t + eta m / (sqrt(v) + tau)``.
 Defaults ``eta = 0.01, b1 = 0.9, b2 = 0.99, tau = 1e-3``.
 
-Initial state (SPEC does not say): ``m_{-1} = 0`` and ``v_{-1} = tau^2``. Reddi et al.'s Algorithm 2
+Initial state (the paper leaves it open): ``m_{-1} = 0`` and ``v_{-1} = tau^2``. Reddi et al.'s Algorithm 2
 initialises with ``v_{-1} >= tau^2``; we take the smallest value it allows (see
 :func:`init_adaptive_state`, used when ``m`` / ``v`` are ``None``). Callers who want the zero
 initialisation of some other libraries pass ``torch.zeros_like(global_w)`` explicitly; both are
@@ -54,7 +54,7 @@ def fedavgm_step(
     beta: float = 0.9,
     server_lr: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
-    """One FedAvgM server step (SPEC section 2).
+    """One FedAvgM server step (docs/algorithms.md, FedAvgM).
 
     Args:
         global_w: ``w^t``, ``(d,)``.
@@ -104,7 +104,7 @@ def adaptive_server_step(
     beta2: float = 0.99,
     tau: float = 1e-3,
 ) -> AdaptiveStep:
-    """One FedAdam / FedYogi / FedAdagrad server step (SPEC section 2; Reddi et al. 2021, Alg. 2).
+    """One FedAdam / FedYogi / FedAdagrad server step (docs/algorithms.md, FedAdam / FedYogi / FedAdagrad; Reddi et al. 2021, Alg. 2).
 
     Args:
         global_w: ``w^t``, ``(d,)``.

@@ -1,4 +1,4 @@
-"""Tempo (ICASSP 2022): adaptive local epochs per institution in three-layer FL (SPEC section 6).
+"""Tempo (ICASSP 2022): adaptive local epochs per institution in three-layer FL (docs/algorithms.md, Tempo).
 
 After each global iteration the server measures ``omega_m = ||w^(m) - w^(c)||`` (flattened L2 over
 the global model's floating-point entries, :func:`institution_distances`), takes
@@ -30,7 +30,7 @@ _CEIL_TOLERANCE = 1e-9
 
 
 def institution_distances(global_w: Tensor, institution_w: Tensor) -> Tensor:
-    """``omega_m = ||w^(m) - w^(c)||_2`` for every institution (SPEC section 6).
+    """``omega_m = ||w^(m) - w^(c)||_2`` for every institution (docs/algorithms.md, Tempo).
 
     Args:
         global_w: ``w^(c)``, ``(d,)``.
@@ -49,7 +49,7 @@ def institution_distances(global_w: Tensor, institution_w: Tensor) -> Tensor:
 
 
 def tempo_local_epochs(distances: Tensor, initial_epochs: int) -> Tensor:
-    """Next global iteration's local epoch count per institution (SPEC section 6, paper eq. 9).
+    """Next global iteration's local epoch count per institution (docs/algorithms.md, Tempo, paper eq. 9).
 
     Args:
         distances: ``(M,)`` ``omega_m`` from :func:`institution_distances`.

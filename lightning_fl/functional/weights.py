@@ -1,6 +1,6 @@
-"""Aggregation weights: the one normalisation rule every algorithm shares (SPEC sections 1 and 2).
+"""Aggregation weights: the one normalisation rule every algorithm shares (docs/algorithms.md, Server arithmetic).
 
-SPEC section 1: a normalisation whose sum of weights is 0, NaN or infinite falls back to uniform
+docs/algorithms.md, Server arithmetic: a normalisation whose sum of weights is 0, NaN or infinite falls back to uniform
 weights over the cohort and is reported so that the caller can log a warning once; it never produces
 NaN weights. :func:`normalize_weights` is the only place that rule is written down; every other module
 in :mod:`lightning_fl.functional` calls it.
@@ -11,9 +11,9 @@ Readings documented here:
   only possible weight, e.g. FedFa's ``-log2(1) = 0`` information term or a DWFed ISH clamped at 0);
   a NaN or infinite sum still is, because it means the statistics themselves are broken.
 - Negative raw weights are not clamped here: only the sum decides. Callers whose raw weights can go
-  negative (DWFed's ISH) clamp them first, as their SPEC section says.
+  negative (DWFed's ISH) clamp them first, as their section of docs/algorithms.md says.
 - Integer inputs (sample counts, participation counts) are converted to float32, the server dtype of
-  SPEC section 1; floating inputs keep their dtype (tests pass float64 for exact comparisons).
+  docs/algorithms.md, Server arithmetic; floating inputs keep their dtype (tests pass float64 for exact comparisons).
 
 This module also re-exports :func:`check_choice`, the single validator for enumerated options
 (``weighting``, ``kind``, ``form``, ``mode``, ``similarity``); it raises
@@ -48,7 +48,7 @@ def as_float_like(value: Tensor | Sequence[float] | float, like: Tensor) -> Tens
     """Return ``value`` as a tensor with ``like``'s floating dtype and device.
 
     Per-client statistics arrive as CPU ``LongTensor`` s (participation counts) or Python lists; the
-    server math must run in the global model's dtype on its device (SPEC section 1).
+    server math must run in the global model's dtype on its device (docs/algorithms.md, Server arithmetic).
 
     Args:
         value: A tensor, sequence or scalar.
@@ -96,7 +96,7 @@ def broadcast_per_client(value: Tensor | Sequence[float] | float, like: Tensor) 
 
 
 def normalize_weights(raw: Tensor) -> tuple[Tensor, bool]:
-    """Normalise raw per-client weights to sum 1, with SPEC section 1's uniform fallback.
+    """Normalise raw per-client weights to sum 1, with the uniform fallback (docs/algorithms.md, Server arithmetic).
 
     Args:
         raw: ``(K,)`` non-normalised weights, ``K >= 1``. Integer tensors are converted to float32.
@@ -157,7 +157,7 @@ def weighted_average(client_w: Tensor, weights: Tensor) -> Tensor:
 
 
 def fedavg_weights(num_samples: Tensor, weighting: str = "samples") -> tuple[Tensor, bool]:
-    """FedAvg weights ``p_k = n_k / sum_j n_j`` (SPEC section 2), or uniform ``1 / K``.
+    """FedAvg weights ``p_k = n_k / sum_j n_j`` (docs/algorithms.md, FedAvg), or uniform ``1 / K``.
 
     Args:
         num_samples: ``(K,)`` local training-set sizes ``n_k`` (any numeric dtype).

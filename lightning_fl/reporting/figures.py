@@ -1,8 +1,10 @@
-"""Matplotlib figures for the fairness / aggregation reports (SPEC sections 4 and 7).
+"""Matplotlib figures for the fairness / aggregation reports (docs/algorithms.md, Fairness metrics; IGFL-S).
 
-* :func:`accuracy_histogram_figure`: histogram of client accuracies per evaluation (SPEC 7).
-* :func:`attention_figure`: heat map of an IGFL-S attention matrix or vector (SPEC 4, IGFL Fig. 2).
+* :func:`accuracy_histogram_figure`: histogram of client accuracies per evaluation (docs/algorithms.md, Fairness metrics).
+* :func:`attention_figure`: heat map of an IGFL-S attention matrix or vector (docs/algorithms.md, IGFL-S; IGFL Fig. 2).
 * :func:`weights_figure`: bar chart of per-client aggregation weights (FedFa, DWFed).
+* :func:`band_curves_figure`: curves against the round, one line per method with a shaded band
+  (e.g. the mean over seeds and their min..max), one panel per metric.
 * :func:`figure_to_image`: render a figure to a ``(3, H, W)`` uint8 tensor for TensorBoard's
   ``SummaryWriter.add_image`` (default ``dataformats="CHW"``).
 
@@ -15,7 +17,7 @@ nothing; :func:`figure_to_image` releases the figure it renders.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -25,9 +27,13 @@ from torch import Tensor
 
 from lightning_fl.functional.fairness import tail_count
 
+#: One curve of :func:`band_curves_figure`: ``(x, line, low, high)``.
+Band = tuple[Sequence[float], Sequence[float], Sequence[float], Sequence[float]]
+
 __all__ = [
     "accuracy_histogram_figure",
     "attention_figure",
+    "band_curves_figure",
     "figure_to_image",
     "weights_figure",
 ]
@@ -54,7 +60,7 @@ def _check_ids(client_ids: Sequence[int], k: int, what: str) -> list[str]:
 
 
 def accuracy_histogram_figure(accuracies: Tensor, round_idx: int, bins: int = 20) -> Figure:
-    """Histogram of client test accuracies at one evaluation (SPEC section 7).
+    """Histogram of client test accuracies at one evaluation (docs/algorithms.md, Fairness metrics).
 
     Vertical lines mark the mean, the worst-20% mean and the best-20% mean (means of the
     ``ceil(0.2 N)`` lowest / highest accuracies, as in :func:`~lightning_fl.functional.fairness.
@@ -103,7 +109,7 @@ def accuracy_histogram_figure(accuracies: Tensor, round_idx: int, bins: int = 20
 
 
 def attention_figure(attention: Tensor, client_ids: Sequence[int], round_idx: int) -> Figure:
-    """Heat map of an IGFL-S attention matrix or vector (SPEC section 4, IGFL paper Fig. 2).
+    """Heat map of an IGFL-S attention matrix or vector (docs/algorithms.md, IGFL-S; IGFL paper Fig. 2).
 
     A ``(K, K)`` matrix (self-attention) is drawn with row ``i`` = query client ``i`` and column
     ``j`` = key/value client ``j`` (entry ``alpha_ij``); a ``(K,)`` vector (global / time
@@ -158,7 +164,7 @@ def attention_figure(attention: Tensor, client_ids: Sequence[int], round_idx: in
 
 
 def weights_figure(weights: Tensor, client_ids: Sequence[int], round_idx: int, title: str) -> Figure:
-    """Bar chart of per-client aggregation weights (FedFa, DWFed; SPEC sections 3 and 5).
+    """Bar chart of per-client aggregation weights (docs/algorithms.md, FedFa; DWFed).
 
     A dashed line marks the uniform weight ``1/K`` for reference.
 
@@ -192,6 +198,52 @@ def weights_figure(weights: Tensor, client_ids: Sequence[int], round_idx: int, t
     ax.set_xlabel("client")
     ax.set_ylabel("aggregation weight")
     ax.set_title(f"{title}, round {round_idx}")
+    fig.tight_layout()
+    return fig
+
+
+def band_curves_figure(panels: Sequence[tuple[str, Mapping[str, Band]]], xlabel: str = "round",
+                       title: str | None = None) -> Figure:
+    """Side-by-side panels of curves, each drawn as a line with a shaded band around it.
+
+    Made for results over several seeds: the line is e.g. the mean across seeds and the band their
+    min..max or mean +- one standard deviation (the caller decides, and says so in ``title``). Every
+    label keeps the same color in every panel.
+
+    Args:
+        panels: ``(y axis label, {curve label: (x, line, low, high)})`` per panel, left to right; the
+            four sequences of a curve have the same length.
+        xlabel: Label of every panel's x axis.
+        title: Figure title (``None``: no title).
+
+    Returns:
+        The figure (caller closes it, or saves it with ``fig.savefig``).
+
+    Raises:
+        ValueError: If ``panels`` is empty or a curve's sequences differ in length.
+
+    Example:
+        >>> band = ([1, 2, 3], [0.5, 0.6, 0.7], [0.4, 0.5, 0.6], [0.6, 0.7, 0.8])
+        >>> fig = band_curves_figure([("test accuracy", {"FedAvg": band})])
+    """
+    if not panels:
+        raise ValueError("panels must not be empty")
+    fig = _new_figure((5.5 * len(panels), 4.0))
+    colors: dict[str, str] = {}
+    for index, (ylabel, curves) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), index + 1)
+        for label, (x, line, low, high) in curves.items():
+            if not len(x) == len(line) == len(low) == len(high):
+                raise ValueError(f"{label!r} in panel {ylabel!r}: x, line, low and high differ in length")
+            color = colors.setdefault(label, f"C{len(colors) % 10}")
+            ax.fill_between(x, low, high, color=color, alpha=0.2, linewidth=0)
+            ax.plot(x, line, color=color, linewidth=1.5, label=label)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+    if title:
+        fig.suptitle(title, fontsize="medium")
     fig.tight_layout()
     return fig
 

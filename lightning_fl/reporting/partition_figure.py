@@ -1,4 +1,4 @@
-"""Partition heat map: clients x classes label distribution (SPEC section 8).
+"""Partition heat map: clients x classes label distribution (docs/algorithms.md, Data).
 
 Built on :class:`matplotlib.figure.Figure` with an Agg canvas, never through :mod:`matplotlib.pyplot`,
 so nothing is shown, no GUI backend is touched and the figure is not kept in pyplot's global list.
@@ -18,7 +18,7 @@ __all__ = ["label_distribution_figure"]
 
 
 def label_distribution_figure(histograms: Tensor, title: str = "Label distribution per client") -> Figure:
-    """Heat map of each client's normalised label distribution ``p_k(c)`` (SPEC section 8).
+    """Heat map of each client's normalised label distribution ``p_k(c)`` (docs/algorithms.md, Data).
 
     Clients run down the y axis and classes along the x axis; the colour is the fraction of the
     client's training samples in that class (``0..1``, shared colour bar). Tick labels are thinned by

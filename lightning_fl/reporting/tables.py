@@ -22,7 +22,7 @@ def _row_values(name: str, metrics: Mapping[str, float]) -> tuple[float, ...]:
 
 
 def fairness_table(rows: Mapping[str, Mapping[str, float]]) -> str:
-    """Markdown table in the layout of FedFa Table 2 (SPEC section 7).
+    """Markdown table in the layout of FedFa Table 2 (docs/algorithms.md, Fairness metrics).
 
     Columns ``Method | Average | Worst 20% | Best 20% | Variance``: Average / Worst 20% /
     Best 20% are ``acc_mean`` / ``acc_worst20`` / ``acc_best20`` shown as percentages with two
@@ -66,7 +66,7 @@ def fairness_table(rows: Mapping[str, Mapping[str, float]]) -> str:
 
 
 def fairness_csv(rows: Mapping[str, Mapping[str, float]]) -> str:
-    """CSV version of :func:`fairness_table` with raw values at full precision (SPEC section 7).
+    """CSV version of :func:`fairness_table` with raw values at full precision (docs/algorithms.md, Fairness metrics).
 
     Same columns (``Method,Average,Worst 20%,Best 20%,Variance``) but the numbers are the raw
     metric values, unscaled and unrounded (``repr`` of the float, which round-trips exactly):

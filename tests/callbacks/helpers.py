@@ -69,12 +69,16 @@ class RecordingLogger(RoundLogger):
         self.figures: list[tuple[str, int]] = []
 
     def log_scalars(self, metrics: Any, prog_bar: Sequence[str] = ()) -> None:
+        for name in metrics:
+            self.outputs.claim(name, "scalar")  # one kind per tag, as in a real run
         self.scalars.append(({k: float(v) for k, v in metrics.items()}, self.step))
 
     def log_histogram(self, tag: str, values: Tensor) -> None:
+        self.outputs.claim(tag, "histogram")
         self.histograms.append((tag, values, self.step))
 
     def log_figure(self, tag: str, figure: Any) -> None:
+        self.outputs.claim(tag, "image")
         self.figures.append((tag, self.step))
 
     def at(self, step: int) -> RecordingLogger:
@@ -170,7 +174,7 @@ def run_with(tiny: Callable[..., Path], callback: dict[str, Any], **overrides: A
 
 def run_4_and_2_plus_2(tiny: Callable[..., Path], tmp_path: Path, **overrides: Any
                        ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """4 rounds in one go (version 0) vs 2 rounds (version 1) resumed from ``last.ckpt`` to 4 (version 2).
+    """4 rounds in one go (version 0) vs 2 rounds (version 1) resumed from ``last.ckpt`` to 4 (in version 1).
 
     Asserts identical final model weights; returns the two final checkpoints.
     """
@@ -179,7 +183,7 @@ def run_4_and_2_plus_2(tiny: Callable[..., Path], tmp_path: Path, **overrides: A
     assert run_cli("fit", "--config", str(tiny(**{**overrides, "trainer.max_epochs": 2}))) == 0
     half = version_dir(tmp_path, 1) / "checkpoints" / "last.ckpt"
     assert run_cli("fit", "--config", str(full), "--ckpt_path", str(half)) == 0
-    a, b = load_last(tmp_path, 0), load_last(tmp_path, 2)
+    a, b = load_last(tmp_path, 0), load_last(tmp_path, 1)
     for name, value in a["state_dict"].items():
         assert torch.equal(value, b["state_dict"][name]), name
     return a, b

@@ -66,7 +66,7 @@ def test_weights_by_hand_and_logged():
     torch.testing.assert_close(tags["server/emd"][0].double(), torch.tensor([2 / 3, 1 / 6], dtype=F64), rtol=1e-6,
                                atol=0)
     assert tags["server/weights"][1] == tags["server/emd"][1] == 5  # round index 4 -> round number 5
-    assert log.figures == [("server/weights", 5)]
+    assert log.figures == [("server/weights_figure", 5)]
 
 
 def test_population_covers_all_clients_not_only_the_cohort():
@@ -137,7 +137,7 @@ def test_cli_run_logs_weights_and_emd(tiny, tmp_path):
     logged = events(tmp_path)
     assert [e.step for e in logged.Histograms("server/weights")] == [1, 2, 3]
     assert [e.step for e in logged.Histograms("server/emd")] == [1, 2, 3]
-    assert [e.step for e in logged.Images("server/weights")] == [1, 3]
+    assert [e.step for e in logged.Images("server/weights_figure")] == [1, 3]
 
 
 @pytest.mark.parametrize(("eta_ish", "message"), [

@@ -117,7 +117,7 @@ def test_logs_weights_histogram_and_figure_with_round_numbers():
     torch.testing.assert_close(log.histograms[0][1].double(),
                                torch.tensor(fedfa_weights_by_hand([0.5, 0.25], [1, 3], 0.5, 0.5), dtype=F64),
                                rtol=1e-6, atol=1e-7)
-    assert log.figures == [("server/weights", 1), ("server/weights", 3)]
+    assert log.figures == [("server/weights_figure", 1), ("server/weights_figure", 3)]
 
 
 def test_one_client_cohort_gets_weight_one_without_warning(recwarn):
@@ -218,7 +218,7 @@ def test_cli_resume_2_plus_2_equals_4_and_logs_tensorboard(tiny, tmp_path):
     assert [e.step for e in logged.Scalars("server/momentum_norm")] == [1, 2, 3, 4]
     assert all(e.value > 0 for e in logged.Scalars("server/momentum_norm"))
     assert [e.step for e in logged.Histograms("server/weights")] == [1, 2, 3, 4]
-    assert [e.step for e in logged.Images("server/weights")] == [1, 3]
+    assert [e.step for e in logged.Images("server/weights_figure")] == [1, 3]
 
 
 @pytest.mark.parametrize(("init_args", "message"), [

@@ -107,7 +107,7 @@ def test_self_attention_by_hand():
     torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(cb.last_attention, torch.tensor([a0, a1], dtype=F64), rtol=1e-12, atol=1e-12)
     # The attention matrix is logged as an image, the effective weights as a histogram (step t + 1).
-    assert log.figures == [("server/attention", 1)]
+    assert log.figures == [("server/attention_figure", 1)]
     assert log.histograms[0][0] == "server/weights" and log.histograms[0][2] == 1
     torch.testing.assert_close(log.histograms[0][1].double(), torch.tensor(col, dtype=F64), rtol=1e-6, atol=1e-7)
 
@@ -149,7 +149,7 @@ def test_time_attention_over_two_rounds_with_a_first_timer():
     torch.testing.assert_close(prev_deltas(cb)[3].double(), torch.tensor(d1[0], dtype=F64))
     torch.testing.assert_close(prev_deltas(cb)[5].double(), torch.tensor(D0[1], dtype=F64))
     torch.testing.assert_close(prev_deltas(cb)[7].double(), torch.tensor(d1[1], dtype=F64))
-    assert log.figures == [("server/attention", 1), ("server/attention", 2)]
+    assert log.figures == [("server/attention_figure", 1), ("server/attention_figure", 2)]
 
 
 @pytest.mark.parametrize("attention", ["self", "global", "time"])
@@ -370,7 +370,7 @@ def test_cli_resume_2_plus_2_equals_4_and_logs_attention(tiny, tmp_path):
     assert torch.equal(prev_a["ids"], prev_b["ids"]) and len(prev_a["ids"]) > 3
     assert torch.equal(prev_a["rows"], prev_b["rows"])
     logged = events(tmp_path)
-    assert [e.step for e in logged.Images("server/attention")] == [1, 3]
+    assert [e.step for e in logged.Images("server/attention_figure")] == [1, 3]
     assert [e.step for e in logged.Histograms("server/weights")] == [1, 2, 3, 4]
 
 

@@ -112,3 +112,16 @@ def test_missing_folder_message(tmp_path):
         LeafDataModule(data_dir=str(tmp_path / "femnist")).setup()
     assert "\n" not in str(info.value)
     assert str(tmp_path / "femnist" / "train") in str(info.value) and "fetch it with" in str(info.value)
+
+
+def test_fractional_labels_are_an_error_not_a_truncation(tmp_path):
+    root = tmp_path / "femnist" / "data"
+    (root / "train").mkdir(parents=True)
+    x, _ = femnist_like(3, 0)
+    (root / "train" / "t.json").write_text(json.dumps(leaf_file({"a": (x, [1.0, 0.7, 2.0])})))
+    with pytest.raises(CorruptDataError, match=r"labels must be whole numbers \(class indices\); sample 1 has 0.7"):
+        LeafDataModule(data_dir=str(root), test_dir=None, test_fraction=0.0).setup()
+    (root / "train" / "t.json").write_text(json.dumps(leaf_file({"a": (x, [1.0, 0.0, 2.0])})))
+    dm = LeafDataModule(data_dir=str(root), test_dir=None, test_fraction=0.0)
+    dm.setup()  # whole numbers written as floats are class indices
+    assert sorted(dm.data.y_train.tolist()) == [0, 1, 2]

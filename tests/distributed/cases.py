@@ -8,6 +8,7 @@ fairness history, which must not depend on the number of processes.
 from __future__ import annotations
 
 import copy
+import tempfile
 from typing import Any
 
 import pytorch_lightning as pl
@@ -19,8 +20,11 @@ from lightning_fl import callbacks as cb
 from lightning_fl.hierarchy import Hierarchy
 from lightning_fl.loop import FederatedLoop
 from lightning_fl.models import LogisticRegression
+from lightning_fl.system import SystemHeterogeneity
 
 ROUNDS = 3
+SYSTEM = {"dropout": 0.3, "speed_mean": 3.0, "speed_sigma": 1.0, "deadline": 3.0, "stragglers": "partial",
+          "over_selection": 0.5}
 
 
 def _sgd(params):
@@ -58,6 +62,11 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     "FedAdam-reduce": ([cb.FedAdam(lr=0.05)], {"exchange": "reduce"}),
     "FedFa-reduce": ([cb.FedFa()], {"optimizer": _momentum, "exchange": "reduce"}),
     "DWFed-reduce": ([cb.DWFed()], {"exchange": "reduce"}),
+    # model.system: dropout, partial stragglers and over-selection decided the same on every rank
+    "Scaffold-system": ([cb.Scaffold()], {"system": SystemHeterogeneity(**SYSTEM)}),
+    "KeptMomentum-system": ([cb.FedAvg()], {"optimizer": _momentum, "keep_client_optimizer_state": True,
+                                            "system": SystemHeterogeneity(**SYSTEM)}),
+    "FedAvg-system-reduce": ([cb.FedAvg()], {"exchange": "reduce", "system": SystemHeterogeneity(**SYSTEM)}),
 }
 
 
@@ -69,7 +78,7 @@ def run_case(name: str, engine: str, world_size: int = 1, local_epochs: int = 2)
     loop = FederatedLoop(client=LogisticRegression(60, 10), clients_per_round=5, local_epochs=local_epochs,
                          batch_size=10, seed=0, engine=engine, **kwargs)
     strategy = DDPStrategy(process_group_backend="gloo") if world_size > 1 else "auto"
-    trainer = pl.Trainer(max_epochs=ROUNDS, accelerator="cpu", devices=world_size, strategy=strategy, logger=False,
+    trainer = pl.Trainer(default_root_dir=tempfile.mkdtemp(prefix="lfl-"), max_epochs=ROUNDS, accelerator="cpu", devices=world_size, strategy=strategy, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0, check_val_every_n_epoch=1, callbacks=callbacks)
     trainer.fit(loop, datamodule=SyntheticDataModule("1_1", num_clients=8, max_samples_per_client=80))

@@ -9,6 +9,7 @@ from matplotlib.figure import Figure
 from lightning_fl.reporting.figures import (
     accuracy_histogram_figure,
     attention_figure,
+    band_curves_figure,
     figure_to_image,
     weights_figure,
 )
@@ -89,3 +90,22 @@ def test_figure_to_image_closes_pyplot_figure():
     # the red line is in the image
     red = (img[0] > 200) & (img[1] < 80) & (img[2] < 80)
     assert red.any()
+
+
+def test_band_curves_image_keeps_one_color_per_label():
+    a = ([1, 2, 3], [1.0, 0.8, 0.6], [0.9, 0.7, 0.5], [1.1, 0.9, 0.7])
+    b = ([1, 2, 3], [1.2, 1.0, 0.9], [1.2, 0.9, 0.8], [1.2, 1.1, 1.0])
+    fig = band_curves_figure([("loss", {"A": a, "B": b}), ("accuracy", {"B": b, "A": a})], title="t")
+    left, right = fig.axes
+    assert [ax.get_ylabel() for ax in fig.axes] == ["loss", "accuracy"]
+    colors = {ax: {line.get_label(): line.get_color() for line in ax.get_lines()} for ax in fig.axes}
+    assert colors[left] == colors[right] and colors[left]["A"] != colors[left]["B"]
+    assert len(left.collections) == 2  # one band per curve
+    _check_image(figure_to_image(fig))
+
+
+def test_band_curves_bad_input():
+    with pytest.raises(ValueError, match="empty"):
+        band_curves_figure([])
+    with pytest.raises(ValueError, match="differ in length"):
+        band_curves_figure([("loss", {"A": ([1, 2], [1.0], [1.0], [1.0])})])

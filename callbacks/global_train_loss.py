@@ -1,0 +1,50 @@
+"""The global model's loss on every client's training data, the training loss the FedProx paper plots."""
+
+from __future__ import annotations
+
+import pytorch_lightning as pl
+from typing_extensions import override
+
+from lightning_fl.callback import FederatedCallback
+from lightning_fl.evaluation import ClientEvaluation, evaluate_segments
+from lightning_fl.federation import Federation
+from lightning_fl.round_logger import RoundLogger
+
+
+class GlobalTrainLoss(FederatedCallback):
+    """Logs ``train/global_loss`` and ``train/global_acc`` each time the global model is evaluated.
+
+    ``train/loss`` (logged by the loop every round) is the mean loss the cohort's clients saw while
+    training locally, over the steps of their last local epoch: after many local epochs it measures
+    how well each client fits its own data, and it covers only the clients that reported. The
+    FedProx paper (Li et al., MLSys 2020, Fig. 1) plots instead the global objective
+    ``f(w) = sum_k p_k F_k(w)``, ``p_k = n_k / n``: the global model's mean loss over the training
+    samples of all ``N`` clients. This callback computes that, with the same chunked evaluation as
+    the test splits, at every evaluation of the global model (each ``check_val_every_n_epoch``
+    rounds), logged with the round number as step. One extra pass over the training data per
+    evaluation.
+
+    Example (YAML)::
+
+        - class_path: lightning_fl.callbacks.GlobalTrainLoss
+    """
+
+    def __init__(self) -> None:
+        self._module: pl.LightningModule | None = None
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._module = pl_module
+
+    @override
+    def on_clients_evaluated(self, round_idx: int, evaluation: ClientEvaluation, federation: Federation,
+                             log: RoundLogger) -> None:
+        module = self._module
+        if module is None or evaluation.stage != "val":
+            return
+        data = module.data
+        correct, total, loss_sum = evaluate_segments(module.model, data.x_train, data.y_train, data.train_offsets,
+                                                     module.eval_batch_size, module.sharding)
+        samples = total.sum().clamp_min(1)
+        log.log_scalars({"train/global_loss": float(loss_sum.sum() / samples),
+                         "train/global_acc": float(correct.sum() / samples)})

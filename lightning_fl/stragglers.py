@@ -1,0 +1,278 @@
+"""FedProx Fig. 1 on Synthetic(1,1): FedAvg dropping stragglers against FedProx keeping their partial work.
+
+Runs every ``name=config.yaml`` method once per seed (``seed_everything``: cohort sampling, model
+initialisation, batch order and the straggler draws; the data partition seed stays the config's),
+at most ``--jobs`` processes at a time, each logging to ``<save_dir>/<method>/seed_<s>/``. A run
+that finished with the same command is not redone. Then it reads every run's per-round curves from
+its TensorBoard events, writes them as one long CSV (``results.csv``: method, seed, round, metric,
+value), prints a table of mean +- standard deviation across seeds (``results.md``) and saves the
+curves as a figure (``curves.png``: mean over seeds, band = min..max over seeds).
+
+Example::
+
+    python -m lightning_fl.stragglers --save-dir lightning_logs/stragglers/0.9 --seeds 3 --fraction 0.9
+
+Everything after ``--`` is passed to every run (e.g. ``-- --data.init_args.num_clients 6``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lightning_fl.reporting.figures import band_curves_figure
+
+#: Metric name in the results -> TensorBoard tag of the run.
+METRICS: dict[str, str] = {
+    "train_loss": "train/global_loss",      # global model, all clients' training data (the paper's)
+    "test_acc": "val/acc_pooled",           # global model, all clients' test splits, pooled
+    "test_acc_mean": "val/acc_mean",        # mean of the clients' test accuracies
+    "test_loss": "val/loss",
+    "local_train_loss": "train/loss",       # the reporting clients' own loss while training locally
+}
+DEFAULT_METHODS = ("FedAvg-drop=configs/stragglers/fedavg_drop.yaml",
+                   "FedProx-mu1-partial=configs/stragglers/fedprox_partial.yaml",
+                   "FedProx-mu0-partial=configs/stragglers/fedprox_mu0_partial.yaml")
+FINISHED = "finished.json"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: a method (config) with one seed, logging to ``log_dir``."""
+
+    method: str
+    seed: int
+    log_dir: Path
+    command: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Mean, sample standard deviation (0 for one value), min, max and count of values across seeds."""
+
+    mean: float
+    std: float
+    min: float
+    max: float
+    n: int
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"3"`` -> ``[0, 1, 2]`` (a count); ``"0,4,7"`` -> ``[0, 4, 7]`` (a list: has a comma)."""
+    if "," in text:
+        return [int(s) for s in text.split(",") if s.strip()]
+    return list(range(int(text)))
+
+
+def plan_runs(methods: Mapping[str, str], seeds: Iterable[int], save_dir: Path, overrides: Sequence[str] = ()) -> list[Run]:
+    """One :class:`Run` per method and seed, seed by seed (so early results cover every method)."""
+    runs = []
+    for seed in seeds:
+        for method, config in methods.items():
+            command = ("-m", "lightning_fl", "fit", "--config", config, "--seed_everything", str(seed),
+                       "--trainer.logger.init_args.save_dir", str(save_dir), "--trainer.logger.init_args.name", method,
+                       "--trainer.logger.init_args.version", f"seed_{seed}", "--trainer.enable_progress_bar", "false",
+                       *overrides)
+            runs.append(Run(method, seed, save_dir / method / f"seed_{seed}", command))
+    return runs
+
+
+def is_finished(run: Run) -> bool:
+    """Whether ``run.log_dir`` holds a run that finished with exactly ``run.command``.
+
+    The command names the config file, not its contents: after editing a config, delete the runs.
+    """
+    marker = run.log_dir / FINISHED
+    return marker.exists() and json.loads(marker.read_text())["command"] == list(run.command)
+
+
+def train_in_subprocess(run: Run) -> int:
+    """Train ``run`` in a fresh Python process, output to ``<log_dir>/train.log``; returns its exit code."""
+    with open(run.log_dir / "train.log", "w") as log:
+        return subprocess.run([sys.executable, *run.command], stdout=log, stderr=subprocess.STDOUT).returncode
+
+
+def launch(run: Run, train: Callable[[Run], int] = train_in_subprocess) -> float:
+    """Train ``run`` from scratch with ``train`` and mark it finished; returns the seconds it took.
+
+    Raises:
+        RuntimeError: If training exits non-zero (with the end of ``train.log`` when there is one).
+    """
+    shutil.rmtree(run.log_dir, ignore_errors=True)  # an unfinished or outdated attempt
+    run.log_dir.mkdir(parents=True)
+    started = time.perf_counter()
+    code = train(run)
+    seconds = time.perf_counter() - started
+    if code != 0:
+        log = run.log_dir / "train.log"
+        tail = log.read_text().splitlines()[-15:] if log.exists() else []
+        raise RuntimeError("\n".join([f"{run.method} seed {run.seed} failed (exit {code}):", *tail]))
+    (run.log_dir / FINISHED).write_text(json.dumps({"command": list(run.command), "seconds": seconds}))
+    return seconds
+
+
+def run_all(runs: Sequence[Run], jobs: int = 2, launcher: Callable[[Run], float] = launch) -> None:
+    """Run every unfinished run, ``jobs`` at a time (``1``: one after another in this thread)."""
+    todo = [run for run in runs if not is_finished(run)]
+    for run in runs:
+        if run not in todo:
+            print(f"{run.method} seed {run.seed}: finished before, kept ({run.log_dir})", flush=True)
+
+    def one(run: Run) -> None:
+        print(f"{run.method} seed {run.seed}: running, log in {run.log_dir}", flush=True)
+        print(f"{run.method} seed {run.seed}: done in {launcher(run):.1f} s", flush=True)
+
+    if jobs <= 1:
+        for run in todo:
+            one(run)
+        return
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(one, run) for run in todo]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            pool.shutdown(cancel_futures=True)  # the runs already started finish; no new ones start
+            raise
+
+
+def read_scalars(log_dir: Path, tags: Iterable[str]) -> dict[str, dict[int, float]]:
+    """``{tag: {step: value}}`` from the TensorBoard event files in ``log_dir`` (absent tags: empty)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    present = set(events.Tags()["scalars"])
+    return {tag: {e.step: e.value for e in events.Scalars(tag)} if tag in present else {} for tag in tags}
+
+
+def collect(runs: Iterable[Run], metrics: Mapping[str, str] = METRICS) -> list[tuple[str, int, int, str, float]]:
+    """Long-format rows ``(method, seed, round, metric, value)`` of every run's curves."""
+    rows = []
+    for run in runs:
+        scalars = read_scalars(run.log_dir, metrics.values())
+        for metric, tag in metrics.items():
+            rows += [(run.method, run.seed, step, metric, value) for step, value in sorted(scalars[tag].items())]
+    return rows
+
+
+def write_long_csv(rows: Iterable[tuple[str, int, int, str, float]], path: Path) -> None:
+    """Write rows from :func:`collect` to ``path`` under the header ``method,seed,round,metric,value``."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(("method", "seed", "round", "metric", "value"))
+        writer.writerows((m, s, r, k, repr(v)) for m, s, r, k, v in rows)
+
+
+def stats(values: Sequence[float]) -> Stats:
+    """:class:`Stats` of ``values`` (sample standard deviation, ``ddof = 1``)."""
+    arr = np.asarray(values, dtype=np.float64)
+    std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    return Stats(float(arr.mean()), std, float(arr.min()), float(arr.max()), int(arr.size))
+
+
+def aggregate(rows: Iterable[tuple[str, int, int, str, float]]) -> dict[tuple[str, str, int], Stats]:
+    """``{(method, metric, round): Stats across seeds}``."""
+    groups: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+    for method, _seed, round_number, metric, value in rows:
+        groups[(method, metric, round_number)].append(value)
+    return {key: stats(values) for key, values in sorted(groups.items())}
+
+
+def tail_means(rows: Iterable[tuple[str, int, int, str, float]], last: int) -> dict[tuple[str, str], Stats]:
+    """``{(method, metric): Stats across seeds}`` of each seed's mean over its ``last`` rounds."""
+    curves: dict[tuple[str, str, int], dict[int, float]] = defaultdict(dict)
+    for method, seed, round_number, metric, value in rows:
+        curves[(method, metric, seed)][round_number] = value
+    per_seed: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for (method, metric, _seed), curve in sorted(curves.items()):
+        per_seed[(method, metric)].append(float(np.mean([curve[r] for r in sorted(curve)[-last:]])))
+    return {key: stats(values) for key, values in per_seed.items()}
+
+
+def markdown_table(rows: Sequence[tuple[str, int, int, str, float]], metric: str, rounds: Sequence[int],
+                   last: int = 10, digits: int = 3) -> str:
+    """Methods x rounds table of ``mean ± std`` across seeds for ``metric``, plus the last-rounds mean."""
+    table, tails = aggregate(rows), tail_means(rows, last)
+    methods = list(dict.fromkeys(m for m, *_ in rows))
+    lines = ["| Method | " + " | ".join(f"round {r}" for r in rounds) + f" | last {last} rounds |",
+             "| :--- |" + " ---: |" * (len(rounds) + 1)]
+    for method in methods:
+        cells = [table.get((method, metric, r)) for r in rounds] + [tails.get((method, metric))]
+        lines.append(f"| {method} | " + " | ".join("n/a" if s is None else f"{s.mean:.{digits}f} ± {s.std:.{digits}f}"
+                                                  for s in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def curves_figure(rows: Sequence[tuple[str, int, int, str, float]], panels: Mapping[str, str], title: str):
+    """Figure with one panel per ``{metric: y label}``: mean over seeds, band = min..max over seeds."""
+    table = aggregate(rows)
+    methods = list(dict.fromkeys(m for m, *_ in rows))
+    content = []
+    for metric, ylabel in panels.items():
+        curves = {}
+        for method in methods:
+            points = sorted((r, s) for (m, k, r), s in table.items() if m == method and k == metric)
+            curves[method] = ([r for r, _ in points], [s.mean for _, s in points],
+                              [s.min for _, s in points], [s.max for _, s in points])
+        content.append((ylabel, curves))
+    return band_curves_figure(content, title=title)
+
+
+def main(argv: list[str] | None = None, launcher: Callable[[Run], float] = launch) -> None:
+    """Command line: see the module docstring; ``launcher`` trains one run (tests train in-process)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("methods", nargs="*", default=list(DEFAULT_METHODS), help="name=config.yaml pairs")
+    parser.add_argument("--save-dir", type=Path, help="default: lightning_logs/stragglers/<fraction>")
+    parser.add_argument("--seeds", default="3", help="a count (3: seeds 0, 1, 2) or a list (0,1,2)")
+    parser.add_argument("--fraction", type=float, default=0.9, help="model.system.straggler_fraction")
+    parser.add_argument("--rounds", type=int, help="override trainer.max_epochs")
+    parser.add_argument("--jobs", type=int, default=2, help="runs in parallel")
+    parser.add_argument("--table-rounds", default="20,50,100,150,200")
+    args = parser.parse_args(argv)
+    methods = dict(pair.partition("=")[::2] for pair in args.methods)
+    if not all(methods.values()):
+        parser.error(f"methods must be name=config.yaml pairs; got {args.methods}")
+    seeds = parse_seeds(args.seeds)
+    args.save_dir = args.save_dir or Path("lightning_logs/stragglers") / str(args.fraction)
+    overrides = ["--model.system.straggler_fraction", str(args.fraction),
+                 *(["--trainer.max_epochs", str(args.rounds)] if args.rounds else []), *overrides]
+    runs = plan_runs(methods, seeds, args.save_dir, overrides)
+    started = time.perf_counter()
+    run_all(runs, args.jobs, launcher)
+    rows = collect(runs)
+    write_long_csv(rows, args.save_dir / "results.csv")
+    last_round = max(r for _, _, r, _, _ in rows)
+    rounds = [r for r in map(int, args.table_rounds.split(",")) if r < last_round] + [last_round]
+    setting = (f"{round(100 * args.fraction)}% stragglers, {len(seeds)} seeds ({', '.join(map(str, seeds))}), "
+               f"{last_round} rounds")
+    report = (f"Synthetic(1,1), {setting}; mean ± sample std across seeds.\n\n"
+              f"Training loss (global model on every client's training data):\n\n"
+              f"{markdown_table(rows, 'train_loss', rounds)}\n"
+              f"Test accuracy (global model on every client's test split, pooled):\n\n"
+              f"{markdown_table(rows, 'test_acc', rounds, digits=4)}")
+    (args.save_dir / "results.md").write_text(report)
+    fig = curves_figure(rows, {"train_loss": "training loss", "test_acc": "test accuracy"},
+                        f"Synthetic(1,1), {setting}: mean over seeds, band = min..max")
+    fig.savefig(args.save_dir / "curves.png", dpi=100)
+    print(f"\n{report}\nSaved {args.save_dir / 'results.csv'}, results.md and curves.png"
+          f" ({time.perf_counter() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

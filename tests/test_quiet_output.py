@@ -1,0 +1,25 @@
+"""A run's console output is information, once: no adverts, no repeated internals, no empty model summary."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import tiny_config, write_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_run_prints_no_adverts_deprecations_or_flops(tmp_path) -> None:
+    settings = tiny_config(tmp_path / "logs")
+    del settings["trainer"]["enable_model_summary"]  # the CLI's default
+    config = write_config(tmp_path / "config.yaml", settings)
+    proc = subprocess.run([sys.executable, "-m", "lightning_fl", "fit", "--config", str(config)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    output = proc.stdout + proc.stderr
+    for unwanted in ("Tip:", "litlogger", "litmodels", "FLOPs", "is deprecated", "Total estimated model params"):
+        assert unwanted not in output, unwanted
+    assert "Client model: LogisticRegression, 610 parameters (2.4 kB in fp32); 6 clients, 3 per round" in output
