@@ -102,6 +102,12 @@ class FederatedCLI(LightningCLI):
         if checkpoint.get("hyper_parameters"):
             super()._parse_ckpt_path()
 
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """``fit``, ``validate`` and ``test``. ``predict`` is not offered: a federation has no single
+        prediction set (the loop evaluates every client's splits in ``validate`` and ``test``)."""
+        return {name: skip for name, skip in LightningCLI.subcommands().items() if name != "predict"}
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("seed_everything", "model.seed")
 
@@ -112,6 +118,9 @@ class FederatedCLI(LightningCLI):
         check_precision(trainer.get("precision"), trainer.get("accelerator", "auto"))
         if self.subcommand == "fit" and config.get("ckpt_path"):
             continue_run_directory(trainer.get("logger"), str(config["ckpt_path"]))
+        if self.subcommand in ("validate", "test") and not config.get("ckpt_path"):
+            raise ConfigError(f"{self.subcommand} needs --ckpt_path (e.g. <run dir>/checkpoints/last.ckpt): without a"
+                              " checkpoint it would score the untrained initial model")
 
 
 def continue_run_directory(logger: Any, ckpt_path: str) -> None:
