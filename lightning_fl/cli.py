@@ -8,13 +8,16 @@ import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
+from lightning_fabric.utilities.cloud_io import _is_local_file_protocol
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 
+from lightning_fl.checkpoint_io import AtomicCheckpointIO
 from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.datamodules.partitions.config_errors import partition_config_error
 from lightning_fl.distributed import RankFailure
 from lightning_fl.loop import FederatedLoop, check_precision, check_strategy
-from lightning_fl.validation import ConfigError, DivergenceError
+from lightning_fl.out_of_memory import OutOfMemory, explain_out_of_memory, memory_failure
+from lightning_fl.validation import CheckpointError, CheckpointWriteError, ConfigError, DivergenceError
 
 # One "batch" (a round ticket) per epoch by design: no workers needed, nothing to log per batch.
 # With several processes every rank computes the same metrics from the same gathered results (the
@@ -25,6 +28,8 @@ for _pattern in (".*does not have many workers which may be a bottleneck.*",
     warnings.filterwarnings("ignore", _pattern)
 # Printed once per run by Lightning/torch internals, about nothing a user of this CLI can change.
 warnings.filterwarnings("ignore", r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
+# A resumed run continues in its checkpoint's run directory and rewrites last.ckpt there by design.
+warnings.filterwarnings("ignore", r"Checkpoint directory .* exists and is not empty\.")
 
 
 class _NoAdverts(logging.Filter):
@@ -35,6 +40,9 @@ class _NoAdverts(logging.Filter):
 
 
 logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdverts())
+
+#: ``ckpt_path`` values that name no file: Lightning resolves them when training starts.
+_CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
 
 
 class FederatedArgumentParser(LightningArgumentParser):
@@ -70,7 +78,35 @@ class FederatedCLI(LightningCLI):
         kwargs.setdefault("seed_everything_default", 0)
         kwargs.setdefault("auto_configure_optimizers", False)
         kwargs.setdefault("parser_class", FederatedArgumentParser)
-        super().__init__(FederatedLoop, FederatedDataModule, *args, subclass_mode_data=True, **kwargs)
+        try:
+            super().__init__(FederatedLoop, FederatedDataModule, *args, subclass_mode_data=True, **kwargs)
+        except Exception as err:
+            # Explained here, where the loop and trainer (and so the numbers) are still at hand.
+            failure = memory_failure(err)
+            if failure is None:
+                raise
+            raise explain_out_of_memory(failure, getattr(self, "model", None), getattr(self, "trainer", None)) from err
+
+    def _parse_ckpt_path(self) -> None:
+        """Check ``--ckpt_path`` before anything is built: a damaged file fails in one line, at once.
+
+        LightningCLI reads the checkpoint here with a bare ``torch.load`` (to apply saved
+        hyperparameters, which the loop never saves), and a damaged file would end in a traceback.
+        Read it through :class:`AtomicCheckpointIO` instead, which verifies its checksum.
+        """
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if not ckpt_path or str(ckpt_path) in _CKPT_KEYWORDS or not _is_local_file_protocol(str(ckpt_path)):
+            return
+        checkpoint = AtomicCheckpointIO().load_checkpoint(ckpt_path, map_location="cpu", weights_only=True)
+        if checkpoint.get("hyper_parameters"):
+            super()._parse_ckpt_path()
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """``fit``, ``validate`` and ``test``. ``predict`` is not offered: a federation has no single
+        prediction set (the loop evaluates every client's splits in ``validate`` and ``test``)."""
+        return {name: skip for name, skip in LightningCLI.subcommands().items() if name != "predict"}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("seed_everything", "model.seed")
@@ -82,6 +118,9 @@ class FederatedCLI(LightningCLI):
         check_precision(trainer.get("precision"), trainer.get("accelerator", "auto"))
         if self.subcommand == "fit" and config.get("ckpt_path"):
             continue_run_directory(trainer.get("logger"), str(config["ckpt_path"]))
+        if self.subcommand in ("validate", "test") and not config.get("ckpt_path"):
+            raise ConfigError(f"{self.subcommand} needs --ckpt_path (e.g. <run dir>/checkpoints/last.ckpt): without a"
+                              " checkpoint it would score the untrained initial model")
 
 
 def continue_run_directory(logger: Any, ckpt_path: str) -> None:
@@ -116,18 +155,21 @@ def _root_cause(err: BaseException, kind: type[BaseException]) -> BaseException 
 
 
 def main(args: list[str] | None = None) -> None:
-    """Entry point; configuration and divergence errors print one line and exit non-zero.
+    """Entry point; configuration, checkpoint, divergence and memory errors print one line and exit non-zero.
 
-    Exit codes: 2 for an invalid configuration (nothing was trained), 1 for a diverged run (the
-    checkpoints written before the divergence are kept).
+    Exit codes: 2 for an invalid configuration or an unreadable ``--ckpt_path`` (nothing was
+    trained), 1 for a run that stopped: diverged, out of memory, a rank lost, a checkpoint that could
+    not be written (the checkpoints written before are kept).
     """
     try:
         FederatedCLI(args=args)
     except Exception as err:
-        for kind, code in ((ConfigError, 2), (DivergenceError, 1), (RankFailure, 1)):
+        for kind, code, prefix in ((ConfigError, 2, ""), (CheckpointError, 2, "--ckpt_path "),
+                                   (DivergenceError, 1, ""), (OutOfMemory, 1, ""), (RankFailure, 1, ""),
+                                   (CheckpointWriteError, 1, "")):
             cause = _root_cause(err, kind)
             if cause is not None:
-                print(f"error: {cause}", file=sys.stderr)
+                print(f"error: {prefix}{cause}", file=sys.stderr)
                 sys.exit(code)
         raise
 

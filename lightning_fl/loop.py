@@ -20,6 +20,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.callback import AggregationCallback, FederatedCallback
+from lightning_fl.checkpoint_io import install_checkpoint_io
 from lightning_fl.client_rows import DiskRows, RowStore
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.client_table import ClientTable
@@ -223,6 +224,8 @@ class FederatedLoop(LightningModule):
 
     @override
     def setup(self, stage: str) -> None:
+        # Atomic, checksummed checkpoints for CLI and Python runs alike; setup runs before ckpt_path loads.
+        install_checkpoint_io(self.trainer.strategy)
         self.sharding = self._sharding()
         self.run_outputs = self._run_outputs()
         datamodule = self.trainer.datamodule

@@ -1,8 +1,9 @@
-"""One-line configuration errors, raised before training starts.
+"""One-line errors: configuration errors raised before training starts, and the errors that stop a run.
 
 Every check names the configuration field and what it accepts, so a researcher who mistypes a
 YAML value sees ``error: clients_per_round must be between 1 and 30 (the number of clients); got 40``
-instead of a stack trace from the middle of round 0.
+instead of a stack trace from the middle of round 0. The CLI prints each of these exceptions as one
+``error:`` line (``lightning_fl/cli.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,17 @@ class ConfigError(ValueError):
 
 class DivergenceError(RuntimeError):
     """A client update, loss or aggregate became NaN/inf; the message names the round and client."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be loaded: missing, empty, truncated, corrupt or not a checkpoint.
+
+    The message is one line that starts with the file's path and says what is wrong with it.
+    """
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, a lost mount); the previous file is unchanged."""
 
 
 def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:

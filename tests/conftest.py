@@ -13,6 +13,11 @@ from lightning_fl.cli import main
 
 torch.set_num_threads(1)  # deterministic and fast on CI's 2 cores
 
+#: The shipped configs' ModelCheckpoint: ``last.ckpt`` after every round (README, "Checkpoints and resuming").
+ROUND_CHECKPOINT = {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+                    "init_args": {"filename": "last", "every_n_epochs": 1, "save_on_train_epoch_end": True,
+                                  "enable_version_counter": False}}
+
 
 def tiny_config(log_dir: Path, **overrides: Any) -> dict[str, Any]:
     """A 6-client Synthetic(1,1) run of 4 rounds with evaluation every 2 rounds."""
@@ -28,8 +33,7 @@ def tiny_config(log_dir: Path, **overrides: Any) -> dict[str, Any]:
             "callbacks": [
                 {"class_path": "lightning_fl.callbacks.FedAvg"},
                 {"class_path": "lightning_fl.callbacks.FairnessMetrics"},
-                {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
-                 "init_args": {"save_last": True, "save_top_k": 0}},
+                ROUND_CHECKPOINT,
             ],
         },
         "model": {

@@ -104,3 +104,16 @@ def test_divergence_names_round_and_client_and_keeps_checkpoint(tiny, tmp_path, 
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("error: round 3: client ") and "diverged" in line
     assert _digest(last) == before
+
+
+def test_test_and_validate_need_a_checkpoint(tiny, capsys) -> None:
+    for subcommand in ("test", "validate"):
+        assert run_cli(subcommand, "--config", str(tiny())) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"error: {subcommand} needs --ckpt_path (e.g. <run dir>/checkpoints/last.ckpt): without a checkpoint it"
+            " would score the untrained initial model")
+
+
+def test_predict_is_not_offered(tiny, capsys) -> None:
+    assert run_cli("predict", "--config", str(tiny())) == 2
+    assert "invalid choice: 'predict' (choose from 'fit', 'validate', 'test')" in capsys.readouterr().err

@@ -213,9 +213,12 @@ def test_misspelt_rounds_to_target_monitor_fails_at_the_first_evaluation(tiny, t
     assert "val/loss" in line and "test/" not in line
 
 
-def test_validate_without_validation_split_is_one_line(tiny, capsys):
+def test_validate_without_validation_split_is_one_line(tiny, tmp_path, capsys):
     data = {"class_path": "lightning_fl.datamodules.SyntheticDataModule", "init_args": {**TINY_DATA, "val_fraction": 0}}
-    assert run_cli("validate", "--config", str(tiny(data=data))) == 2
+    config = tiny(data=data, **{"trainer.max_epochs": 1})
+    assert run_cli("fit", "--config", str(config)) == 0
+    ckpt = _version_dir(tmp_path) / "checkpoints" / "last.ckpt"
+    assert run_cli("validate", "--config", str(config), "--ckpt_path", str(ckpt)) == 2
     assert "validate needs the clients' validation splits, but data.val_fraction is 0" in capsys.readouterr().err
 
 

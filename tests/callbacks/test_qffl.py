@@ -86,11 +86,16 @@ def test_setup_rejects_other_client_optimizers(optimizer):
     prepared(QFFL(), fake_federation())  # plain SGD passes
 
 
-def test_evaluation_alone_skips_the_optimizer_check(tiny):
+def test_evaluation_alone_skips_the_optimizer_check(tiny, tmp_path):
     # validate trains nothing, so q-FFL's requirement on the client optimizer does not apply.
+    saving = [{"class_path": "lightning_fl.callbacks.QFFL"},
+              {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint", "init_args": {"save_last": True}}]
+    plain = tiny(**{"trainer.callbacks": saving, "trainer.max_epochs": 1})
+    assert run_cli("fit", "--config", str(plain)) == 0
+    ckpt = next((tmp_path / "logs").rglob("last.ckpt"))
     config = tiny(**{"trainer.callbacks": [{"class_path": "lightning_fl.callbacks.QFFL"}],
-                     "model.optimizer.init_args.momentum": 0.9})
-    assert run_cli("validate", "--config", str(config)) == 0
+                     "model.optimizer.init_args.momentum": 0.9, "model.resume_despite_changes": True})
+    assert run_cli("validate", "--config", str(config), "--ckpt_path", str(ckpt)) == 0
     assert run_cli("fit", "--config", str(config)) == 2
 
 
