@@ -40,7 +40,7 @@ class GlobalTrainLoss(FederatedCallback):
     def on_clients_evaluated(self, round_idx: int, evaluation: ClientEvaluation, federation: Federation,
                              log: RoundLogger) -> None:
         module = self._module
-        if module is None or evaluation.stage != "val":
+        if module is None or evaluation.stage != "test":
             return
         data = module.data
         correct, total, loss_sum = evaluate_segments(module.model, data.x_train, data.y_train, data.train_offsets,

@@ -37,9 +37,9 @@ from lightning_fl.reporting.figures import band_curves_figure
 #: Metric name in the results -> TensorBoard tag of the run.
 METRICS: dict[str, str] = {
     "train_loss": "train/global_loss",      # global model, all clients' training data (the paper's)
-    "test_acc": "val/acc_pooled",           # global model, all clients' test splits, pooled
-    "test_acc_mean": "val/acc_mean",        # mean of the clients' test accuracies
-    "test_loss": "val/loss",
+    "test_acc": "test/acc_pooled",           # global model, all clients' test splits, pooled
+    "test_acc_mean": "test/acc_mean",        # mean of the clients' test accuracies
+    "test_loss": "test/loss",
     "local_train_loss": "train/loss",       # the reporting clients' own loss while training locally
 }
 DEFAULT_METHODS = ("FedAvg-drop=configs/stragglers/fedavg_drop.yaml",
