@@ -28,6 +28,8 @@ for _pattern in (".*does not have many workers which may be a bottleneck.*",
     warnings.filterwarnings("ignore", _pattern)
 # Printed once per run by Lightning/torch internals, about nothing a user of this CLI can change.
 warnings.filterwarnings("ignore", r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
+# `validate`/`test` read a checkpoint of another run directory; ModelCheckpoint's bookkeeping is not used there.
+warnings.filterwarnings("ignore", r".*The dirpath has changed from.*")
 # A resumed run continues in its checkpoint's run directory and rewrites last.ckpt there by design.
 warnings.filterwarnings("ignore", r"Checkpoint directory .* exists and is not empty\.")
 
@@ -36,7 +38,10 @@ class _NoAdverts(logging.Filter):
     """Drops Lightning's "💡 Tip: try installing litlogger/litmodels" lines (adverts, not information)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.getMessage()).startswith("💡 Tip")
+        message = str(record.getMessage())
+        # The round bar replacing Lightning's bar is by design, not news.
+        return not (message.startswith("💡 Tip") or message.endswith("will override existing callbacks passed to"
+                                                                       " Trainer: TQDMProgressBar"))
 
 
 logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdverts())

@@ -429,14 +429,24 @@ class FederatedLoop(LightningModule):
             self._pending_evaluations.append(ClientEvaluation(stage, self.rounds_completed, correct, total, loss_sum))
 
     def _dispatch_evaluation(self, monitor: Callable[[str, float, bool], None] | None = None) -> None:
+        # `validate` and `test` hand their scalars to Lightning (logger=True, with the round as the
+        # `step` metric), which prints its metric table and returns them from trainer.validate/test.
+        standalone = monitor is None and self.trainer.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING)
+        if standalone and self._pending_evaluations:
+            self.log("step", float(self._pending_evaluations[0].round_number), logger=True, batch_size=1)
         for evaluation in self._pending_evaluations:
-            log = RoundLogger(self.loggers, evaluation.round_number, monitor or self._monitor, self.run_outputs)
+            log = RoundLogger(self.loggers, evaluation.round_number,
+                              self._log_evaluated if standalone else (monitor or self._monitor), self.run_outputs,
+                              scalars_through_monitor=standalone)
             log.log_scalars({f"{evaluation.stage}/loss": evaluation.pooled_loss})
             self.rounds.evaluated(self.rounds_completed - 1, evaluation, log)
             self.last_evaluation = evaluation
         self._pending_evaluations = []
         if self.trainer.state.fn == TrainerFn.FITTING:
             self._evaluated_round = self.rounds_completed
+
+    def _log_evaluated(self, name: str, value: float, prog_bar: bool) -> None:
+        self.log(name, value, logger=True, prog_bar=prog_bar, batch_size=1)
 
     def _record_metric(self, name: str, value: float, prog_bar: bool) -> None:
         # After the last round Lightning allows no `self.log`; monitors that read the final evaluation

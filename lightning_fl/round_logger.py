@@ -118,18 +118,21 @@ class RoundLogger:
     """
 
     def __init__(self, loggers: Sequence[Logger], step: int, monitor: MonitorFn | None = None,
-                 outputs: RunOutputs | None = None) -> None:
+                 outputs: RunOutputs | None = None, scalars_through_monitor: bool = False) -> None:
         self.loggers = list(loggers)
         self.step = step
         self._monitor = monitor
         self.outputs = RunOutputs() if outputs is None else outputs
+        # `validate`/`test`: scalars reach the loggers through Lightning (``monitor`` logs them with
+        # logger=True), so that Lightning prints and returns them; written here they would appear twice.
+        self.scalars_through_monitor = scalars_through_monitor and monitor is not None
 
     def log_scalars(self, metrics: Mapping[str, float], prog_bar: Sequence[str] = ()) -> None:
         """Log ``metrics`` (name to value) at :attr:`step`; names in ``prog_bar`` also show in the bar."""
         metrics = {name: float(value) for name, value in metrics.items()}
         for name in metrics:
             self.outputs.claim(name, "scalar")
-        for logger in self.loggers:
+        for logger in self.loggers if not self.scalars_through_monitor else ():
             logger.log_metrics(metrics, step=self.step)
         if self._monitor is not None:
             for name, value in metrics.items():
