@@ -36,6 +36,7 @@ from lightning_fl.evaluation import ClientEvaluation, evaluate_segments
 from lightning_fl.federation import ClientOptimizer, Federation, HierarchyView
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.hierarchy import Hierarchy
+from lightning_fl.hparams import write_hparams
 from lightning_fl.models.base import ClientModule
 from lightning_fl.resume_check import changed_fields, data_digest, run_config
 from lightning_fl.round_logger import RoundLogger, RunOutputs
@@ -351,6 +352,8 @@ class FederatedLoop(LightningModule):
         rank_zero_info(f"Client model: {type(self.model).__name__}, {numel:,} parameters ({numel * 4 / 1e3:,.1f} kB"
                        f" in fp32); {self.data.num_clients} clients, {cohort} per round, {self.local_epochs} local"
                        f" epoch(s) of batch {self.batch_size}; engine {self.engine.name}")
+        if self.trainer.is_global_zero:  # the HParams tab: this run's settings beside its fairness metrics
+            write_hparams(self.loggers, self.federation.aggregation, self._run_config())
         if self.rounds_completed == 0:
             self._log_partition()
 

@@ -115,3 +115,24 @@ def test_a_tensorboard_run_also_writes_every_figure_as_png(tmp_path):
                     *[f"figures/test/client_acc_figure/round_{r:04d}.png" for r in range(1, ROUNDS + 1)],
                     *[f"figures/val/client_acc_figure/round_{r:04d}.png" for r in range(1, ROUNDS + 1)]]
     assert not (run / "histograms").exists()  # TensorBoard has them
+
+
+def test_the_hparams_tab_lists_the_settings_and_the_fairness_metrics(tmp_path):
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    run = run_shipped("fedfa_synthetic", tmp_path)
+    multiplexer = plugin_event_multiplexer.EventMultiplexer()
+    multiplexer.AddRunsFromDirectory(str(run))
+    multiplexer.Reload()
+    [content] = multiplexer.PluginRunToTagToContent("hparams").values()
+    data = {tag: plugin_data_pb2.HParamsPluginData.FromString(blob) for tag, blob in content.items()}
+    session = data["_hparams_/session_start_info"].session_start_info.hparams
+    assert session["algorithm"].string_value == "FedFa"
+    assert session["callbacks.FedFa.alpha"].number_value == 0.5  # configs/fedfa_synthetic.yaml
+    assert session["model.local_epochs"].number_value == 2 and session["model.optimizer.lr"].number_value == 0.01
+    assert session["data.variant"].string_value == "1_1"
+    metrics = {m.name.tag for m in data["_hparams_/experiment"].experiment.metric_infos}
+    assert {"val/acc_mean", "test/acc_mean", "test/acc_worst20", "test/acc_var"} <= metrics
+    # TensorBoard fills the table from the run's own scalars under those tags (no placeholder values).
+    scalars = plugin_tags(run)["scalars"]
+    assert scalars["test/acc_mean"].max_step == ROUNDS

@@ -196,6 +196,10 @@ def test_real_fashion_mnist():
     assert np.bincount(y_tr).tolist() == [6000] * 10 and np.bincount(y_te).tolist() == [1000] * 10
     dm = FashionMNISTDataModule(data_dir=str(REPO / "data"), num_clients=100, partition=Shards(classes_per_client=1))
     dm.setup()
-    assert dm.partition_summary()["train_samples"] == 60000 and dm.partition_summary()["test_samples"] == 10000
+    # 100 one-class clients of 600 images each; the default val_fraction 0.1 holds 60 of each
+    # client's 600 out for validation, and the 10,000 test images stay untouched.
+    summary = dm.partition_summary()
+    assert (summary["train_samples"], summary["val_samples"], summary["test_samples"]) == (54000, 6000, 10000)
+    assert dm.data.val_sizes().tolist() == [60] * 100
     assert (dm.label_histograms() > 0).sum(1).tolist() == [1] * 100
     assert abs(float(dm.data.x_train.mean())) < 0.01 and abs(float(dm.data.x_train.std()) - 1) < 0.01
