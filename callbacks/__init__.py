@@ -23,6 +23,7 @@ from lightning_fl.callbacks.global_train_loss import GlobalTrainLoss
 from lightning_fl.callbacks.igfl import IGFL
 from lightning_fl.callbacks.igfl_client import IGFLClient
 from lightning_fl.callbacks.igfl_server import IGFLServer
+from lightning_fl.callbacks.model_divergence import ModelDivergence
 from lightning_fl.callbacks.qffl import QFFL
 from lightning_fl.callbacks.round_progress import RoundProgressBar
 from lightning_fl.callbacks.rounds_to_target import RoundsToTarget
@@ -49,6 +50,7 @@ __all__ = [
     "FedProx",
     "FedYogi",
     "GlobalTrainLoss",
+    "ModelDivergence",
     "RoundProgressBar",
     "RoundsToTarget",
     "Scaffold",

@@ -50,6 +50,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("CommunicationCost", {"client_bandwidth_mbps": 10.0}, {}),
     ("FairnessMetrics", {}, {}),
     ("RoundsToTarget", {"target": 0.3}, {}),
+    ("ModelDivergence", {}, {}),
 ]
 
 

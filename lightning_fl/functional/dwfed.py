@@ -26,7 +26,7 @@ from torch import Tensor
 from lightning_fl.functional.label_stats import emd_to_population
 from lightning_fl.functional.weights import as_float_like, normalize_weights
 
-__all__ = ["cohort_emd", "ish_weights"]
+__all__ = ["cohort_emd", "ish_weights", "model_divergence"]
 
 
 def cohort_emd(label_histograms: Tensor, cohort: Tensor) -> Tensor:
@@ -80,3 +80,14 @@ def ish_weights(
     if num_samples is not None:
         ish = ish * as_float_like(num_samples, d)
     return normalize_weights(ish)
+
+
+def model_divergence(federated_w: Tensor, centralised_w: Tensor) -> Tensor:
+    """DWFed's model divergence ``||w^f - w^c|| / ||w^c||`` (eq. 2), a 0-d fp32 tensor.
+
+    Example:
+        >>> model_divergence(torch.tensor([3.0, 4.0]), torch.tensor([0.0, 5.0]))
+        tensor(0.6325)
+    """
+    f, c = federated_w.float(), centralised_w.float()
+    return torch.linalg.vector_norm(f - c) / torch.linalg.vector_norm(c)
