@@ -108,6 +108,10 @@ class RoundRunner:
         for callback in self.callbacks:
             callback.on_clients_evaluated(round_idx, evaluation, self.federation, log)
 
+    def _vectors(self) -> tuple[int, int]:
+        """Model-sized vectors ``(down, up)`` per member of the aggregation's cohort (communication accounting)."""
+        return self.aggregator.vectors_down, self.aggregator.vectors_up
+
     # ------------------------------------------------------------------ one round
     def run(self, round_idx: int, log: RoundLogger) -> RoundResult | None:
         """Round ``t``: train the cohort (or the institutions), aggregate, load ``w^{t+1}`` into the model.
@@ -229,7 +233,8 @@ class RoundRunner:
         self._round_start(round_idx, client_ids, log)
         update, compute = self._train(round_idx, client_ids, participation, log, num_steps=num_steps)
         self.store.record_participation(update.client_ids, round_idx)  # f_k counts completed participations
-        traffic = RoundTraffic(self.federation.layout.numel * 4, {"client": len(update.client_ids)}, [[compute]])
+        traffic = RoundTraffic(self.federation.layout.numel * 4, {"client": len(update.client_ids)}, [[compute]],
+                               {"client": self._vectors()})
         return update, traffic
 
     def _hierarchical_round(self, round_idx: int, log: RoundLogger) -> tuple[CohortUpdate, RoundTraffic]:
@@ -285,6 +290,7 @@ class RoundRunner:
             participation=hierarchy.participation.clone(), label_hist=torch.stack(hists),
         )
         clients_trained = sum(len(m) for m in hierarchy.members) * hierarchy.local_rounds
+        # Institutions exchange plain weights with their clients; the server's aggregation decides the top link.
         traffic = RoundTraffic(layout.numel * 4, {"client": clients_trained, "institution": num_institutions},
-                               compute)
+                               compute, {"institution": self._vectors()})
         return institution_update, traffic

@@ -91,12 +91,29 @@ def test_communication_bytes_follow_the_parameter_count(tiny, tmp_path):
     assert _scalars(tmp_path, 1, "comm/total_bytes")[-1] == (4, 4 * per_round)
 
 
+def test_scaffold_traffic_counts_its_control_variates(tiny, tmp_path):
+    comm = {"class_path": "lightning_fl.callbacks.CommunicationCost"}
+    scaffold = {"class_path": "lightning_fl.callbacks.Scaffold"}
+    config = tiny(**{"trainer.callbacks": [scaffold, comm], "trainer.max_epochs": 2})
+    assert run_cli("fit", "--config", str(config)) == 0
+    model_bytes = (60 * 10 + 10) * 4  # LogisticRegression(60, 10) in fp32
+    # K = 3 clients; each receives w^t and c and sends y_k and c_k+ - c_k: 3 x 2 x 2440 = 14640 bytes each way.
+    assert _scalars(tmp_path, 0, "comm/client_down_bytes") == [(1, 14640.0), (2, 14640.0)]
+    assert _scalars(tmp_path, 0, "comm/client_up_bytes") == [(1, 14640.0), (2, 14640.0)]
+    assert _scalars(tmp_path, 0, "comm/total_bytes")[-1] == (2, 2 * 2 * 3 * 2 * model_bytes)  # rounds x ways x K x 2
+
+
 def test_network_time_model_by_hand():
     # 1 MB over 8 Mbit/s = 1 s, plus 100 ms latency.
     assert transfer_seconds(1_000_000, 8.0, 100.0) == pytest.approx(1.1)
     traffic = RoundTraffic(1_000_000, {"client": 4, "institution": 2}, [[0.5, 0.5], [2.0, 1.0]])
     # institution 0: 2 x (0.5 + 2 x 1.1) = 5.4; institution 1: (2 + 2.2) + (1 + 2.2) = 7.4; + 2 x 0.5 s uplink.
     assert estimate_round_seconds(traffic, (8.0, 100.0), (16.0, 0.0)) == pytest.approx(7.4 + 1.0)
+    # Two model-sized vectors down, one up (one message each way): 2 MB at 8 Mbit/s = 2 s + 0.1 s down,
+    # 1.1 s up, so one flat round of 0.5 s compute takes 0.5 + 2.1 + 1.1.
+    flat = RoundTraffic(1_000_000, {"client": 3}, [[0.5]], {"client": (2, 1)})
+    assert flat.transfer_bytes("client") == (2_000_000, 1_000_000)
+    assert estimate_round_seconds(flat, (8.0, 100.0), None) == pytest.approx(3.7)
 
 
 def test_tempo_runs_and_resumes_exactly(tiny, tmp_path):
