@@ -25,7 +25,6 @@ from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.evaluation import ClientEvaluation, client_train_losses
 from lightning_fl.federation import Federation
-from lightning_fl.functional.weights import fedavg_weights, weighted_average
 from lightning_fl.hierarchy import Hierarchy
 from lightning_fl.models.base import ClientModule
 from lightning_fl.round_logger import RoundLogger
@@ -84,6 +83,8 @@ class RoundRunner:
         """Bind declared per-client state (model size, row store); on ``training``, let callbacks check the run."""
         for callback in self.callbacks:
             callback.bind_client_state(self.federation.layout.numel, make_rows)
+        if self.hierarchy is not None:  # the institutions' own per-client state (FedAdp angles)
+            self.hierarchy.aggregation.bind_client_state(self.federation.layout.numel, make_rows)
         for callback in self.callbacks if training else ():
             callback.on_federation_setup(self.federation)
 
@@ -242,7 +243,7 @@ class RoundRunner:
 
         Every institution starts from ``w^(c)``; for ``tau_i`` rounds all its clients train
         ``epochs[m]`` epochs from the institution model, which becomes their ``|D_n|``-weighted
-        average. The global model is restored to ``w^(c)`` afterwards, so the aggregation callback
+        average (or their FedAdp aggregate: ``hierarchy.institution_aggregation``). The global model is restored to ``w^(c)`` afterwards, so the aggregation callback
         sees the institutions as its cohort: ``weights`` are the institution models, ``num_samples``
         their ``|D^(m)|``.
         """
@@ -269,8 +270,8 @@ class RoundRunner:
                     update, seconds = self._train(round_idx, members, participation, log, sub_round=sub_round,
                                                   local_epochs=int(hierarchy.epochs[m]), where=f" (institution {m})")
                     compute[m].append(seconds)
-                    weights, _ = fedavg_weights(update.num_samples.to(server_w.device))
-                    layout.load_into(weighted_average(update.weights, weights.to(server_w.dtype)), state)
+                    start_w = layout.flatten(state)  # the institution model its clients started from
+                    layout.load_into(hierarchy.aggregation.combine(start_w, update), state)
                     for name, value in update.int_state.items():
                         state[name].copy_(value)
                     steps[m] += int(update.num_steps.max())
