@@ -16,19 +16,22 @@ def estimate_round_seconds(traffic: RoundTraffic, client_link: tuple[float, floa
                            institution_link: tuple[float, float] | None) -> float:
     """Critical path of one round: clients in parallel, each local round download -> train -> upload.
 
-    Flat loop: ``compute + 2 t_client``. Hierarchy: for each institution the sum over its local rounds
-    of ``compute + 2 t_client``, plus ``2 t_institution`` to and from the server; the slowest
-    institution decides.
+    Flat loop: ``compute + t_client``. Hierarchy: for each institution the sum over its local rounds
+    of ``compute + t_client``, plus ``t_institution`` to and from the server; the slowest institution
+    decides. ``t_level`` is the download plus the upload time of one transfer at that level: each is
+    one message (one latency) of its bytes (:meth:`RoundTraffic.transfer_bytes`, e.g. twice the model
+    for SCAFFOLD).
 
     Args:
         traffic: The round's transfers and measured compute (per institution, per local round).
         client_link: ``(bandwidth_mbps, latency_ms)`` of the client link.
         institution_link: The institution-server link (hierarchy only).
     """
-    t_client = transfer_seconds(traffic.model_bytes, *client_link)
-    t_server = transfer_seconds(traffic.model_bytes, *institution_link) if institution_link else 0.0
-    extra = 2 * t_server if "institution" in traffic.transfers else 0.0
-    return max(sum(c + 2 * t_client for c in rounds) + extra for rounds in traffic.compute_seconds)
+    t_client = sum(transfer_seconds(size, *client_link) for size in traffic.transfer_bytes("client"))
+    extra = 0.0
+    if "institution" in traffic.transfers and institution_link:
+        extra = sum(transfer_seconds(size, *institution_link) for size in traffic.transfer_bytes("institution"))
+    return max(sum(c + t_client for c in rounds) + extra for rounds in traffic.compute_seconds)
 
 
 class CommunicationCost(FederatedCallback):
@@ -36,8 +39,9 @@ class CommunicationCost(FederatedCallback):
 
     Every round logs, per link level (``client``: client<->server in the flat loop or
     client<->institution in the hierarchy; ``institution``: institution<->server), the bytes sent up and
-    down (number of model transfers x the model's fp32 size, from the actual parameter tensors) and the
-    cumulative totals ``comm/total_bytes``. With bandwidths given, it also estimates the elapsed time of
+    down (number of transfers x the model-sized vectors in each, as the aggregation callback declares
+    them (``vectors_down``/``vectors_up``: 1 each, SCAFFOLD 2 with its control variates) x the model's
+    fp32 size, from the actual parameter tensors) and the cumulative totals ``comm/total_bytes``. With bandwidths given, it also estimates the elapsed time of
     a real deployment, ``net/round_seconds`` and ``net/elapsed_seconds``: measured compute of the slowest
     client plus transfer times (see :func:`estimate_round_seconds`). The totals are checkpointed.
     ``model.system`` keeps a simulated clock beside it (``sim/*``): the same transfer times
@@ -76,10 +80,10 @@ class CommunicationCost(FederatedCallback):
         traffic = result.traffic
         metrics: dict[str, float] = {}
         for level, transfers in traffic.transfers.items():
-            sent = transfers * traffic.model_bytes
-            self.total_bytes[level] = self.total_bytes.get(level, 0) + 2 * sent
-            metrics[f"comm/{level}_up_bytes"] = float(sent)
-            metrics[f"comm/{level}_down_bytes"] = float(sent)
+            down, up = (transfers * size for size in traffic.transfer_bytes(level))
+            self.total_bytes[level] = self.total_bytes.get(level, 0) + down + up
+            metrics[f"comm/{level}_up_bytes"] = float(up)
+            metrics[f"comm/{level}_down_bytes"] = float(down)
             metrics[f"comm/{level}_total_bytes"] = float(self.total_bytes[level])
         metrics["comm/total_bytes"] = float(sum(self.total_bytes.values()))
         if self.client_link is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.utilities import rank_zero_info
 from typing_extensions import override
 
@@ -15,10 +16,20 @@ from lightning_fl.functional.fairness import (
     FAIRNESS_KEYS,
     client_accuracies,
     fairness_metrics,
+    last_rounds_count,
+    mean_over_last_rounds,
 )
 from lightning_fl.reporting.figures import accuracy_histogram_figure
-from lightning_fl.reporting.tables import fairness_csv, fairness_table
+from lightning_fl.reporting.tables import (
+    LAST_ROUNDS_COLUMNS,
+    fairness_csv,
+    fairness_table,
+    last_rounds_note,
+)
 from lightning_fl.round_logger import RoundLogger
+
+#: Metrics averaged over the last 10% of rounds (IGFL's tables), logged as ``test/<key>_last10pct``.
+_LAST_ROUNDS_KEYS = ("acc_mean", "acc_pooled")
 
 
 class FairnessMetrics(FederatedCallback):
@@ -35,6 +46,14 @@ class FairnessMetrics(FederatedCallback):
     saves it as ``fairness_summary.md`` and ``.csv`` (``fairness_summary_test.*`` after ``test``) in
     the log directory, with ``fairness_history.csv`` holding every evaluation of both splits (one row
     per stage and round).
+
+    IGFL's paper metric, the test accuracy averaged over the last 10% of rounds, closes ``fit``: the
+    mean of ``test/acc_mean`` (and of ``test/acc_pooled``) over the evaluations of the last
+    ``ceil(0.1 * max_epochs)`` rounds up to the final one (only the rounds that were evaluated count;
+    with ``check_val_every_n_epoch > 1`` that may be just the final round). It is logged as the scalars
+    ``test/acc_mean_last10pct`` and ``test/acc_pooled_last10pct`` at the final round (also in
+    ``trainer.callback_metrics``), added as a line under the table in ``fairness_summary.md`` and as
+    two columns of ``fairness_summary.csv`` (docs/algorithms.md, Paper metrics).
 
     Args:
         histogram_every: Log the accuracy histogram (and a figure of it) every this many evaluations.
@@ -71,7 +90,7 @@ class FairnessMetrics(FederatedCallback):
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._write_summary(trainer, "")
+        self._write_summary(trainer, "", self._last_rounds(trainer))
 
     @override
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -82,21 +101,44 @@ class FairnessMetrics(FederatedCallback):
         rows = [row for row in self.history if row["stage"] == stage]
         return rows[-1] if rows else None
 
-    def _write_summary(self, trainer: pl.Trainer, suffix: str) -> None:
+    def _last_rounds(self, trainer: pl.Trainer) -> tuple[dict[str, float], int, list[int]] | None:
+        """IGFL's metric after ``fit``: ``(metrics, window, evaluated rounds)``, logged at the final round."""
+        tests = [row for row in self.history if row["stage"] == "test"]
+        if not tests:
+            return None
+        final = tests[-1]["round"]
+        # max_epochs is the run's length in rounds; -1 (no limit) falls back to the rounds run.
+        window = last_rounds_count(trainer.max_epochs if (trainer.max_epochs or 0) > 0 else final)
+        rounds = [row["round"] for row in tests]
+        metrics: dict[str, float] = {}
+        for key in _LAST_ROUNDS_KEYS:
+            metrics[f"{key}_last10pct"], used = mean_over_last_rounds(rounds, [row[key] for row in tests], final, window)
+        scalars = {f"test/{key}": value for key, value in metrics.items()}
+        RoundLogger(trainer.loggers, final).log_scalars(scalars)
+        for name, value in scalars.items():  # what trainer.fit leaves for Python callers
+            trainer.callback_metrics[name] = torch.tensor(value)
+        return metrics, window, used
+
+    def _write_summary(self, trainer: pl.Trainer, suffix: str,
+                       last_rounds: tuple[dict[str, float], int, list[int]] | None = None) -> None:
         row = self.latest("test")  # the final table reports the clients' test splits
         if row is None:
             return
         name = self.method_name or self._aggregation
         table = fairness_table({name: row})
-        rank_zero_info(f"\nFairness of the global model after {row['round']} rounds (client test splits):\n{table}")
+        note = "" if last_rounds is None else "\n" + last_rounds_note(*last_rounds)
+        rank_zero_info(f"\nFairness of the global model after {row['round']} rounds (client test splits):\n{table}{note}")
         log_dir = trainer.log_dir  # a collective with several processes: every rank asks once
         if not log_dir or trainer.global_rank != 0:
             return
         os.makedirs(log_dir, exist_ok=True)
         with open(os.path.join(log_dir, f"fairness_summary{suffix}.md"), "w") as f:
-            f.write(f"Global model after {row['round']} rounds (client test splits).\n\n{table}")
+            f.write(f"Global model after {row['round']} rounds (client test splits).\n\n{table}{note}")
         with open(os.path.join(log_dir, f"fairness_summary{suffix}.csv"), "w") as f:
-            f.write(fairness_csv({name: row}))
+            if last_rounds is None:
+                f.write(fairness_csv({name: row}))
+            else:
+                f.write(fairness_csv({name: {**row, **last_rounds[0]}}, LAST_ROUNDS_COLUMNS))
         with open(os.path.join(log_dir, "fairness_history.csv"), "w") as f:
             f.write(",".join(("stage", "round", *FAIRNESS_KEYS)) + "\n")
             for h in self.history:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.fedadp_state import fedadp_step
 from lightning_fl.federation import Federation
-from lightning_fl.functional.fedadp import fedadp_weights
 from lightning_fl.functional.weights import weighted_average
 from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import check_non_negative
@@ -38,7 +37,9 @@ class FedAdp(AggregationCallback):
       whose angle this callback never stored (e.g. a run resumed from a checkpoint written with
       another aggregation) also starts from ``theta_k``.
     - ``m_k`` is the loop's participation count (``CohortUpdate.participation``). In hierarchy mode
-      the members are the institutions and ``m_k`` counts global iterations.
+      the members are the institutions and ``m_k`` counts global iterations; with
+      ``hierarchy.institution_aggregation: fedadp`` the institutions combine their clients with
+      FedAdp too (the Tempo paper's three-layer FedAdp baseline; docs/algorithms.md, Three-layer hierarchy).
     - Normalisations that sum to 0/NaN/inf (e.g. all ``n_k`` zero) fall back to uniform weights and
       warn once (docs/algorithms.md, Server arithmetic).
 
@@ -71,14 +72,9 @@ class FedAdp(AggregationCallback):
     @override
     def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
                   log: RoundLogger) -> Tensor:
-        counts = update.participation.clone()
-        seen = torch.tensor(self.smoothed_angle.seen(update.client_ids))
-        counts[~seen] = 1  # nothing to average with: start from this round's angle
-        prev = self.smoothed_angle.gather(update.client_ids, global_w.device).to(global_w.dtype)
-        out = fedadp_weights(global_w, update.weights, update.num_samples, prev, counts, self.alpha)
+        out = fedadp_step(self.smoothed_angle, global_w, update, self.alpha)
         if out.degenerate:
             self.warn_degenerate_once("weights", round_idx)
-        self.smoothed_angle.scatter(update.client_ids, out.smoothed_angle)
         log.log_scalars({"server/smoothed_angle_mean": float(out.smoothed_angle.mean())})
         log.log_histogram("server/weights", out.weights.detach().float())
         log.log_histogram("server/smoothed_angle", out.smoothed_angle.detach().float())

@@ -18,7 +18,8 @@ class IGFL(IGFLClientHooks, IGFLServer):
     - Server (as :class:`~lightning_fl.callbacks.IGFLServer`): with ``D_j = y_j - w^t`` and
       ``alpha = softmax(psi(q, D_j) / temperature)``: ``self`` ``w^{t+1} = w^t + (1/K) sum_ij
       alpha_ij D_j``; ``global`` (``q = mean D``) and ``time`` (``s_j = psi(dW_j_prev, D_j)``)
-      ``w^{t+1} = w^t + sum_j alpha_j D_j``.
+      ``w^{t+1} = w^t + sum_j alpha_j D_j``; ``time`` with ``time_reading: matrix`` (Algorithm 3
+      literally, ``q_i = dW_i_prev``) ``w^{t+1} = w^t + (1/K) sum_ij A_ij D_j``.
     - After aggregation: ``dW_k_prev <- y_k - w^t`` for the cohort, ``dW_ps <- w^{t+1} - w^t``.
 
     The readings of :class:`~lightning_fl.callbacks.IGFLClient` and :class:`~lightning_fl.callbacks.IGFLServer` apply. Note
@@ -31,6 +32,7 @@ class IGFL(IGFLClientHooks, IGFLServer):
         similarity: ``dot`` (default), ``scaled_dot`` or ``cosine``.
         temperature: Score divisor ``> 0``. Default 1.0.
         figure_every_n_rounds: Log the attention image every this many rounds (0: never). Default 1.
+        time_reading: With ``attention: time``: ``cohort`` (default) or ``matrix`` (Algorithm 3 literally).
 
     Raises:
         ConfigError: As :class:`~lightning_fl.callbacks.IGFLServer`.

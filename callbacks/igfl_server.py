@@ -14,6 +14,7 @@ from lightning_fl.federation import Federation
 from lightning_fl.functional.igfl import (
     ATTENTION_MODES,
     SIMILARITIES,
+    TIME_READINGS,
     igfl_attention_aggregate,
 )
 from lightning_fl.reporting.figures import attention_figure
@@ -30,15 +31,19 @@ class IGFLServer(IGFLState, AggregationCallback):
     - ``self``: ``q_i = D_i``; ``w^{t+1} = w^t + (1/K) sum_i sum_j alpha_ij D_j`` (``K x K`` matrix);
     - ``global``: ``q = mean_j D_j``; ``w^{t+1} = w^t + sum_j alpha_j D_j``;
     - ``time``: ``s_j = psi(dW_j_prev, D_j)`` (each client's previous delta against its current one),
-      ``alpha = softmax_j(s)``; ``w^{t+1} = w^t + sum_j alpha_j D_j``.
+      ``alpha = softmax_j(s)``; ``w^{t+1} = w^t + sum_j alpha_j D_j`` (``time_reading: cohort``, default).
+      ``time_reading: matrix`` reads Algorithm 3 literally, ``q_i = dW_i_prev``:
+      ``A_ij = softmax_j(psi(dW_i_prev, D_j))`` per row ``i``, ``w^{t+1} = w^t + (1/K) sum_i sum_j A_ij D_j``
+      (``K x K`` matrix).
 
     ``psi`` is the dot product of the flattened deltas (``dot``, paper), ``scaled_dot``
     (``dot / sqrt(d)``) or ``cosine``.
 
     Readings:
 
-    - ``time`` uses our reading (docs/algorithms.md, IGFL-S): client ``j``'s previous delta is scored against its *own*
-      current delta (the paper's printed denominator mixes indices). ``dW_j_prev = y_j - w`` of the
+    - ``time`` uses our reading by default (docs/algorithms.md, IGFL-S): client ``j``'s previous delta is scored against
+      its *own* current delta (the paper's printed denominator mixes indices); ``time_reading: matrix`` is the
+      literal Algorithm 3 (a first-timer's row is uniform there). ``dW_j_prev = y_j - w`` of the
       client's last participation, which may be many rounds ago under sampling; a client seen for
       the first time has ``dW_j_prev = 0`` and score 0.
     - The softmax subtracts the row maximum, so large dot products give a sharp but finite attention.
@@ -46,31 +51,36 @@ class IGFLServer(IGFLState, AggregationCallback):
       it); :class:`~lightning_fl.callbacks.IGFL` shares one store between client and server.
 
     TensorBoard (step = round number ``t + 1``): ``server/attention_figure``, the attention matrix
-    (``self``) or vector as a heat map with client ids on the axes (the paper's Fig. 2), every
+    (``self``, ``time`` with ``time_reading: matrix``) or vector as a heat map with client ids on the axes (the paper's Fig. 2), every
     ``figure_every_n_rounds`` rounds; ``server/weights``, a histogram of each client's effective
-    weight (``mean_i alpha_ij`` for ``self``, ``alpha_j`` otherwise).
+    weight (``mean_i alpha_ij`` for a matrix, ``alpha_j`` otherwise).
 
     Args:
         attention: ``self`` (default), ``global`` or ``time``.
         similarity: ``dot`` (default), ``scaled_dot`` or ``cosine``.
         temperature: Score divisor ``> 0``. Default 1.0.
         figure_every_n_rounds: Log the attention image every this many rounds (0: never). Default 1.
+        time_reading: With ``attention: time``: ``cohort`` (default) or ``matrix`` (Algorithm 3 literally).
 
     Raises:
-        ConfigError: If ``attention`` or ``similarity`` is not an allowed value, ``temperature`` is
-            not a finite number ``> 0``, or ``figure_every_n_rounds`` is not an integer ``>= 0``.
+        ConfigError: If ``attention``, ``similarity`` or ``time_reading`` is not an allowed value,
+            ``time_reading`` is ``matrix`` without ``attention: time``, ``temperature`` is not a finite
+            number ``> 0``, or ``figure_every_n_rounds`` is not an integer ``>= 0``.
 
     Example (YAML)::
 
         - class_path: lightning_fl.callbacks.IGFLServer
-          init_args: {attention: time, similarity: dot, temperature: 1.0}
+          init_args: {attention: time, time_reading: cohort, similarity: dot, temperature: 1.0}
     """
 
     def __init__(self, attention: str = "self", similarity: str = "dot", temperature: float = 1.0,
-                 figure_every_n_rounds: int = 1) -> None:
+                 figure_every_n_rounds: int = 1, time_reading: str = "cohort") -> None:
         super().__init__()
         check_choice("attention", attention, ATTENTION_MODES)
         check_choice("similarity", similarity, SIMILARITIES)
+        check_choice("time_reading", time_reading, TIME_READINGS)
+        if time_reading != "cohort" and attention != "time":
+            raise ConfigError(f"time_reading: {time_reading} needs attention: time; got attention: {attention}")
         if isinstance(temperature, bool) or not (isinstance(temperature, (int, float)) and math.isfinite(temperature)
                                                  and temperature > 0):
             raise ConfigError(f"temperature must be a finite number > 0; got {temperature!r}")
@@ -81,6 +91,7 @@ class IGFLServer(IGFLState, AggregationCallback):
         self.similarity = similarity
         self.temperature = float(temperature)
         self.figure_every_n_rounds = figure_every_n_rounds
+        self.time_reading = time_reading
         self.keeps_client_deltas = self._keeps_client_deltas()
         self.declare_igfl_state()
         self.last_attention: Tensor | None = None
@@ -94,7 +105,7 @@ class IGFLServer(IGFLState, AggregationCallback):
         prev = (self.prev_delta.gather(update.client_ids, global_w.device).to(global_w.dtype)
                 if self.attention == "time" else None)
         new_w, attention = igfl_attention_aggregate(global_w, update.weights, prev, self.attention, self.similarity,
-                                                    self.temperature)
+                                                    self.temperature, self.time_reading)
         self.record(global_w, new_w, update.client_ids, update.weights)
         self.last_attention = attention
         self._log(log, round_idx, attention, update.client_ids)

@@ -51,6 +51,9 @@ class Scaffold(AggregationCallback):
       row per client seen so far, in memory or on disk with ``model.client_state``); both are
       checkpointed, so a resumed run continues exactly.
     - The server needs every client's update, so SCAFFOLD does not run in hierarchy mode.
+    - Communication: each client receives ``w^t`` and ``c`` and sends ``y_k`` and ``c_k+ - c_k``, two
+      model-sized vectors each way (``vectors_down = vectors_up = 2``), twice FedAvg's traffic in
+      :class:`~lightning_fl.callbacks.CommunicationCost` (docs/algorithms.md, Communication accounting).
 
     TensorBoard (step = round number ``t + 1``): ``server/control_norm`` (``||c||_2`` after the
     update).
@@ -70,6 +73,9 @@ class Scaffold(AggregationCallback):
             - class_path: lightning_fl.callbacks.Scaffold
               init_args: {server_lr: 1.0}
     """
+
+    vectors_down = 2  # w^t and c
+    vectors_up = 2  # y_k and c_k+ - c_k
 
     def __init__(self, server_lr: float = 1.0) -> None:
         super().__init__()

@@ -65,10 +65,17 @@ class AggregationCallback(FederatedCallback):
         supports_reduce: Whether the server step reads the clients' weights only through
             ``update.weighted_sum``, so several processes may exchange partial sums instead of every
             client's weights (``model.exchange: reduce``).
+        vectors_down: Model-sized vectors each cohort member receives per round (1: the model;
+            SCAFFOLD 2: the model and ``c``), for communication accounting (docs/algorithms.md,
+            Communication accounting).
+        vectors_up: Model-sized vectors each cohort member sends per round (1: its weights; SCAFFOLD 2:
+            ``y_k`` and ``c_k+ - c_k``).
     """
 
     supports_hierarchy: bool = False
     supports_reduce: bool = False
+    vectors_down: int = 1
+    vectors_up: int = 1
 
     def __init__(self) -> None:
         super().__init__()

@@ -226,7 +226,8 @@ class DiskRows(_OnDisk):
         self.shape, self.dtype = tuple(shape), dtype
 
     def _encode(self, value: Tensor) -> bytes:
-        return value.detach().to("cpu", self.dtype).contiguous().view(torch.uint8).numpy().tobytes()
+        # reshape(-1): a 0-d row (a scalar per client, e.g. FedAdp's angle) cannot be viewed as bytes itself.
+        return value.detach().to("cpu", self.dtype).reshape(-1).contiguous().view(torch.uint8).numpy().tobytes()
 
     def _decode(self, data: bytes) -> Tensor:
         return torch.frombuffer(bytearray(data), dtype=self.dtype).view(self.shape)

@@ -5,11 +5,53 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 
+from lightning_fl.declared_state import DeclaredState
+from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.fedadp_state import fedadp_step
+from lightning_fl.functional.weights import fedavg_weights, weighted_average
 from lightning_fl.validation import ConfigError, check_choice, check_positive
 
 ASSIGNMENTS = ("contiguous", "round_robin", "explicit")
+INSTITUTION_AGGREGATIONS = ("fedavg", "fedadp")
+#: Gompertz ``a`` of FedAdp at the institutions (FedAdp's default, as the Tempo paper's baseline).
+INSTITUTION_FEDADP_ALPHA = 5.0
+
+
+class InstitutionAggregation(DeclaredState):
+    """How an institution combines its clients' models after each local-aggregation round.
+
+    docs/algorithms.md, Three-layer hierarchy. ``fedavg``: ``sum_n |D_n| y_n / sum_n |D_n|`` (Tempo
+    eqs. 3-7). ``fedadp``: FedAdp (docs/algorithms.md, FedAdp) against the institution model ``w^(m)``
+    the clients started from: ``g_n = w^(m) - y_n``, angle to the ``|D_n|``-weighted mean ``g``,
+    smoothed per client by its participation count ``m_n`` (institution rounds it has trained, this one
+    included), Gompertz ``a = 5``, weights ``psi_n = |D_n| exp(f(th_n)) / sum``. The smoothed angles
+    are declared per-client state (checkpointed with the hierarchy).
+
+    Args:
+        method: ``fedavg`` or ``fedadp``.
+    """
+
+    def __init__(self, method: str = "fedavg") -> None:
+        check_choice("hierarchy.institution_aggregation", method, INSTITUTION_AGGREGATIONS)
+        self.method = method
+        self._warned = False
+        if method == "fedadp":
+            self.add_client_state("smoothed_angle", shape=())  # th_n of every client seen
+
+    def combine(self, institution_w: Tensor, update: CohortUpdate) -> Tensor:
+        """The institution's new model from its clients' ``update`` (they started from ``institution_w``)."""
+        if self.method == "fedavg":
+            weights, _ = fedavg_weights(update.num_samples.to(institution_w.device))
+            return weighted_average(update.weights, weights.to(institution_w.dtype))
+        out = fedadp_step(self.smoothed_angle, institution_w, update, INSTITUTION_FEDADP_ALPHA)
+        if out.degenerate and not self._warned:
+            self._warned = True
+            rank_zero_warn("hierarchy.institution_aggregation fedadp: weights summed to 0/NaN/inf; using uniform"
+                           " weights over the institution's clients (warned once)")
+        return weighted_average(update.weights, out.weights)
 
 
 class Hierarchy:
@@ -19,7 +61,10 @@ class Hierarchy:
     ``w^(c)``; for ``local_rounds`` (``tau_i``) rounds each of its clients trains ``epochs[m]`` local
     epochs from the institution model and the institution averages them weighted by ``|D_n|``; then
     the run's aggregation callback combines the institution models (FedAvg: weighted by
-    ``|D^(m)|``, Tempo eqs. 3-7; FedAdp is the Tempo paper's alternative).
+    ``|D^(m)|``, Tempo eqs. 3-7; FedAdp is the Tempo paper's alternative). With
+    ``institution_aggregation: fedadp`` the institutions combine their clients with FedAdp instead of
+    ``|D_n|``-weighted averaging (:class:`InstitutionAggregation`); with the ``FedAdp`` aggregation
+    callback on the server that is the Tempo paper's three-layer FedAdp baseline (its section 4).
 
     Args:
         num_institutions: ``M``.
@@ -27,10 +72,13 @@ class Hierarchy:
             goes to institution ``k mod M``) or ``explicit`` (``institutions`` lists the clients).
         local_rounds: ``tau_i``, institution aggregations per global iteration.
         institutions: With ``assignment: explicit``, one list of client ids per institution.
+        institution_aggregation: How institutions combine their clients: ``fedavg`` (default,
+            ``|D_n|``-weighted) or ``fedadp`` (FedAdp, per-client smoothed angles, ``a = 5``).
 
     Raises:
-        ConfigError: On ``tau_i < 1``, an unknown assignment, an institution with no clients, a client
-            assigned twice or a client id out of range (checked against the data at setup).
+        ConfigError: On ``tau_i < 1``, an unknown assignment or institution aggregation, an institution
+            with no clients, a client assigned twice or a client id out of range (checked against the
+            data at setup).
 
     Example (YAML)::
 
@@ -39,12 +87,14 @@ class Hierarchy:
             num_institutions: 5
             assignment: contiguous
             local_rounds: 4
+            institution_aggregation: fedavg
     """
 
     def __init__(self, num_institutions: int = 5, assignment: str = "contiguous", local_rounds: int = 4,
-                 institutions: list[list[int]] | None = None) -> None:
+                 institutions: list[list[int]] | None = None, institution_aggregation: str = "fedavg") -> None:
         check_choice("hierarchy.assignment", assignment, ASSIGNMENTS)
         check_positive("hierarchy.local_rounds", local_rounds, integer=True)
+        self.aggregation = InstitutionAggregation(institution_aggregation)
         if assignment == "explicit":
             if not institutions:
                 raise ConfigError("hierarchy.institutions must list the client ids of every institution when"
@@ -73,14 +123,21 @@ class Hierarchy:
 
     def state_dict(self) -> dict[str, Any]:
         return {"epochs": self.epochs.clone(), "participation": self.participation.clone(),
-                "members": [m.clone() for m in self.members]}
+                "members": [m.clone() for m in self.members], "institution_aggregation": self.aggregation.method,
+                "institution_state": self.aggregation.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         members = [m.clone() for m in state["members"]]
         if len(members) != len(self.members) or any(not torch.equal(a, b) for a, b in zip(members, self.members)):
             raise ConfigError("hierarchy assignment differs from the checkpoint's; resume with the same hierarchy")
+        method = state.get("institution_aggregation", "fedavg")  # checkpoints from before the option: fedavg
+        if method != self.aggregation.method:
+            raise ConfigError(f"hierarchy.institution_aggregation differs from the checkpoint's ({method}); resume with"
+                              " the same hierarchy")
         self.epochs = state["epochs"].clone()
         self.participation = state["participation"].clone()
+        if "institution_state" in state:
+            self.aggregation.load_state_dict(state["institution_state"])
 
 
 def assign_clients(num_clients: int, num_institutions: int, assignment: str,

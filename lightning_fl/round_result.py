@@ -14,15 +14,25 @@ class RoundTraffic:
     """Model transfers and compute of one round, per link level.
 
     Attributes:
-        model_bytes: Size of one model transfer (floating-point state in fp32).
-        transfers: Link level (``client`` or ``institution``) to the number of models sent each way.
+        model_bytes: Size of one model-sized vector (floating-point state in fp32).
+        transfers: Link level (``client`` or ``institution``) to the number of members served, i.e. of
+            transfers each way.
         compute_seconds: Per institution (one entry in the flat loop), per local round: the estimated
             critical-path compute time, i.e. the slowest client's share of the measured training time.
+        vectors: Link level to the model-sized vectors ``(down, up)`` in one transfer; ``(1, 1)`` (the
+            model each way) where absent. SCAFFOLD sends its control variates too: ``(2, 2)``
+            (docs/algorithms.md, Communication accounting).
     """
 
     model_bytes: int
     transfers: dict[str, int] = field(default_factory=dict)
     compute_seconds: list[list[float]] = field(default_factory=list)
+    vectors: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def transfer_bytes(self, level: str) -> tuple[int, int]:
+        """Bytes ``(down, up)`` of one transfer at ``level`` (one member's download and upload)."""
+        down, up = self.vectors.get(level, (1, 1))
+        return down * self.model_bytes, up * self.model_bytes
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.evaluation import ClientEvaluation, client_train_losses
 from lightning_fl.federation import Federation
-from lightning_fl.functional.weights import fedavg_weights, weighted_average
 from lightning_fl.hierarchy import Hierarchy
 from lightning_fl.models.base import ClientModule
 from lightning_fl.round_logger import RoundLogger
@@ -84,6 +83,8 @@ class RoundRunner:
         """Bind declared per-client state (model size, row store); on ``training``, let callbacks check the run."""
         for callback in self.callbacks:
             callback.bind_client_state(self.federation.layout.numel, make_rows)
+        if self.hierarchy is not None:  # the institutions' own per-client state (FedAdp angles)
+            self.hierarchy.aggregation.bind_client_state(self.federation.layout.numel, make_rows)
         for callback in self.callbacks if training else ():
             callback.on_federation_setup(self.federation)
 
@@ -107,6 +108,10 @@ class RoundRunner:
         """``on_clients_evaluated`` of every callback."""
         for callback in self.callbacks:
             callback.on_clients_evaluated(round_idx, evaluation, self.federation, log)
+
+    def _vectors(self) -> tuple[int, int]:
+        """Model-sized vectors ``(down, up)`` per member of the aggregation's cohort (communication accounting)."""
+        return self.aggregator.vectors_down, self.aggregator.vectors_up
 
     # ------------------------------------------------------------------ one round
     def run(self, round_idx: int, log: RoundLogger) -> RoundResult | None:
@@ -229,7 +234,8 @@ class RoundRunner:
         self._round_start(round_idx, client_ids, log)
         update, compute = self._train(round_idx, client_ids, participation, log, num_steps=num_steps)
         self.store.record_participation(update.client_ids, round_idx)  # f_k counts completed participations
-        traffic = RoundTraffic(self.federation.layout.numel * 4, {"client": len(update.client_ids)}, [[compute]])
+        traffic = RoundTraffic(self.federation.layout.numel * 4, {"client": len(update.client_ids)}, [[compute]],
+                               {"client": self._vectors()})
         return update, traffic
 
     def _hierarchical_round(self, round_idx: int, log: RoundLogger) -> tuple[CohortUpdate, RoundTraffic]:
@@ -237,7 +243,7 @@ class RoundRunner:
 
         Every institution starts from ``w^(c)``; for ``tau_i`` rounds all its clients train
         ``epochs[m]`` epochs from the institution model, which becomes their ``|D_n|``-weighted
-        average. The global model is restored to ``w^(c)`` afterwards, so the aggregation callback
+        average (or their FedAdp aggregate: ``hierarchy.institution_aggregation``). The global model is restored to ``w^(c)`` afterwards, so the aggregation callback
         sees the institutions as its cohort: ``weights`` are the institution models, ``num_samples``
         their ``|D^(m)|``.
         """
@@ -264,8 +270,8 @@ class RoundRunner:
                     update, seconds = self._train(round_idx, members, participation, log, sub_round=sub_round,
                                                   local_epochs=int(hierarchy.epochs[m]), where=f" (institution {m})")
                     compute[m].append(seconds)
-                    weights, _ = fedavg_weights(update.num_samples.to(server_w.device))
-                    layout.load_into(weighted_average(update.weights, weights.to(server_w.dtype)), state)
+                    start_w = layout.flatten(state)  # the institution model its clients started from
+                    layout.load_into(hierarchy.aggregation.combine(start_w, update), state)
                     for name, value in update.int_state.items():
                         state[name].copy_(value)
                     steps[m] += int(update.num_steps.max())
@@ -285,6 +291,7 @@ class RoundRunner:
             participation=hierarchy.participation.clone(), label_hist=torch.stack(hists),
         )
         clients_trained = sum(len(m) for m in hierarchy.members) * hierarchy.local_rounds
+        # Institutions exchange plain weights with their clients; the server's aggregation decides the top link.
         traffic = RoundTraffic(layout.numel * 4, {"client": clients_trained, "institution": num_institutions},
-                               compute)
+                               compute, {"institution": self._vectors()})
         return institution_update, traffic

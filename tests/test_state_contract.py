@@ -21,6 +21,8 @@ from lightning_fl.client_table import ClientTable
 from tests.callbacks.helpers import CHECKPOINT, run_4_and_2_plus_2
 
 HIERARCHY = {"model.hierarchy": {"num_institutions": 2, "local_rounds": 2}}
+#: The Tempo paper's three-layer FedAdp baseline: institutions keep a smoothed angle per client (loop state).
+HIERARCHY_FEDADP = {"model.hierarchy": {"num_institutions": 2, "local_rounds": 2, "institution_aggregation": "fedadp"}}
 #: Dropout, partial stragglers under a deadline and over-selection: every draw replays on resume.
 SYSTEM = {"model.system": {"dropout": 0.3, "speed_mean": 3.0, "speed_sigma": 1.0, "deadline": 3.0,
                            "stragglers": "partial", "over_selection": 0.5}}
@@ -42,6 +44,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("FedFa", {}, {**SYSTEM, "model.optimizer.init_args.momentum": 0.9, "model.keep_client_optimizer_state": True}),
     ("FedAdp", {}, {}),
     ("FedAdp", {}, HIERARCHY),
+    ("FedAdp", {}, {**HIERARCHY_FEDADP, "model.client_state": "disk"}),
     ("IGFLClient", {}, {}),
     ("IGFLServer", {"attention": "time"}, {}),
     ("IGFL", {"attention": "time"}, {"model.engine": "sequential"}),
@@ -95,7 +98,9 @@ def _comparable(state: dict[str, Any], model_numel: int) -> dict[str, Any]:
         clients = {}
         for name, rows in state["clients"].items():
             if rows.get("store") == "disk":
-                table = ClientTable(name, shape="model")
+                # fp32 rows: bytes / 4 values each (a model row, or one scalar such as FedAdp's angle).
+                width = int(rows["lengths"][0]) // 4 if len(rows["lengths"]) else model_numel
+                table = ClientTable(name, shape=(width,))
                 table.bind(model_numel)
                 table.load_state_dict(rows)
                 rows = table.state_dict()
@@ -122,3 +127,11 @@ def test_declared_state_resumes_exactly(tiny, tmp_path, name: str, init_args: di
         # Rows exist only for clients that trained (never N x d up front).
         assert 0 < len(rows["ids"]) <= 6, table
         assert rows.get("store", "memory") == overrides.get("model.client_state", "memory")
+    if "model.hierarchy" in overrides:  # the loop's own declared state: the institutions' (FedAdp angles)
+        hierarchy_a, hierarchy_b = dict(a["federated"]["hierarchy"]), dict(b["federated"]["hierarchy"])
+        institution_a = _comparable(hierarchy_a.pop("institution_state"), numel)
+        institution_b = _comparable(hierarchy_b.pop("institution_state"), numel)
+        _assert_same(hierarchy_a, hierarchy_b, "hierarchy")
+        _assert_same(institution_a, institution_b, "hierarchy.institution_state")
+        if overrides["model.hierarchy"].get("institution_aggregation") == "fedadp":
+            assert len(institution_a["clients"]["smoothed_angle"]["ids"]) == 6  # every client trained

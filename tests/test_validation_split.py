@@ -154,7 +154,12 @@ def test_fit_logs_val_and_test_at_every_evaluation_and_the_final_round(tiny, tmp
     assert events.Scalars("val/acc_mean")[-1].value == pytest.approx(_acc(model, d.x_val, d.y_val, d.val_offsets))
     assert events.Scalars("test/acc_mean")[-1].value == pytest.approx(_acc(model, d.x_test, d.y_test, d.test_offsets))
     with open(run / "fairness_summary.csv") as f:
-        assert float(next(csv.DictReader(f))["Average"]) == pytest.approx(events.Scalars("test/acc_mean")[-1].value)
+        row = next(csv.DictReader(f))
+    assert float(row["Average"]) == pytest.approx(events.Scalars("test/acc_mean")[-1].value)
+    # IGFL's metric closes fit: the last ceil(0.1 x 5) = 1 round is round 5, evaluated once.
+    [last] = events.Scalars("test/acc_mean_last10pct")
+    assert last.step == 5 and last.value == pytest.approx(events.Scalars("test/acc_mean")[-1].value)
+    assert float(row["Average (last 10% of rounds)"]) == pytest.approx(last.value)
 
 
 class OldSynthetic(FederatedDataModule):

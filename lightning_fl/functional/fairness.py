@@ -31,6 +31,8 @@ __all__ = [
     "client_accuracies",
     "fairness_metrics",
     "first_reaching",
+    "last_rounds_count",
+    "mean_over_last_rounds",
     "tail_count",
 ]
 
@@ -239,3 +241,68 @@ def first_reaching(
     hit = vals >= target if mode == "max" else vals <= target  # NaN compares False
     idx = torch.nonzero(hit).flatten()
     return int(idx[0]) if idx.numel() else None
+
+
+def last_rounds_count(num_rounds: int) -> int:
+    """Rounds in IGFL's "last 10% of rounds": ``ceil(0.1 * num_rounds)`` (docs/algorithms.md, Paper metrics).
+
+    Computed in integer arithmetic as ``(n + 9) // 10``: the float expression is wrong for some ``n``
+    (``0.1 * 30 == 3.0000000000000004``, whose ceiling is 4).
+
+    Args:
+        num_rounds: The run's number of rounds (``trainer.max_epochs``), ``>= 1``.
+
+    Returns:
+        ``ceil(num_rounds / 10)``.
+
+    Raises:
+        ValueError: If ``num_rounds < 1``.
+
+    Example:
+        >>> [last_rounds_count(n) for n in (1, 10, 11, 30, 100)]
+        [1, 1, 2, 3, 10]
+    """
+    if num_rounds < 1:
+        raise ValueError(f"num_rounds must be >= 1, got {num_rounds}")
+    return (num_rounds + 9) // 10
+
+
+def mean_over_last_rounds(
+    rounds: Sequence[int],
+    values: Sequence[float],
+    last_round: int,
+    window: int,
+) -> tuple[float, list[int]]:
+    """Mean of the values evaluated in the last ``window`` rounds (docs/algorithms.md, Paper metrics).
+
+    Only rounds that were evaluated count: the mean is over the evaluations whose round ``r`` has
+    ``last_round - window < r <= last_round``, each round once (a round evaluated twice counts with
+    its latest value). IGFL's tables average the test accuracy "over the last 10% rounds" this way
+    with ``window = last_rounds_count(num_rounds)``.
+
+    Args:
+        rounds: Round number of every evaluation, in evaluation order.
+        values: The metric of every evaluation (same length).
+        last_round: The final round of the run.
+        window: Number of rounds at the end of the run (``>= 1``).
+
+    Returns:
+        ``(mean, rounds_used)``: the mean in float64 and the evaluated rounds it averages, ascending.
+
+    Raises:
+        ValueError: If the lengths differ, ``window < 1``, or no evaluation falls in the window.
+
+    Example:
+        >>> mean_over_last_rounds([2, 4, 6, 8, 10], [0.1, 0.2, 0.3, 0.5, 0.7], last_round=10, window=4)
+        (0.6, [8, 10])
+    """
+    if len(rounds) != len(values):
+        raise ValueError(f"rounds and values must have the same length, got {len(rounds)} and {len(values)}")
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    latest = {int(r): float(v) for r, v in zip(rounds, values) if last_round - window < int(r) <= last_round}
+    if not latest:
+        raise ValueError(f"no evaluation in the last {window} round(s) up to round {last_round}")
+    used = sorted(latest)
+    mean = float(torch.tensor([latest[r] for r in used], dtype=torch.float64).mean())
+    return mean, used

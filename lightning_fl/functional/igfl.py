@@ -14,7 +14,10 @@ IGFL-S (Algorithm 3, :func:`igfl_attention_aggregate`): values and keys are the 
 - ``self``: ``q_i = D_i``; ``w^{t+1} = w^t + (1/K) sum_i sum_j alpha_ij D_j`` (attention ``(K, K)``);
 - ``global``: ``q = mean_j D_j``; ``w^{t+1} = w^t + sum_j alpha_j D_j`` (attention ``(K,)``);
 - ``time``: ``s_j = psi(dW_j_prev, D_j)``, ``alpha = softmax_j(s)``;
-  ``w^{t+1} = w^t + sum_j alpha_j D_j`` (attention ``(K,)``).
+  ``w^{t+1} = w^t + sum_j alpha_j D_j`` (attention ``(K,)``; ``time_reading="cohort"``, default);
+  with ``time_reading="matrix"`` (Algorithm 3 read literally, ``q_i = dW_i_prev``):
+  ``A_ij = softmax_j(psi(dW_i_prev, D_j))`` per row ``i``, ``w^{t+1} = w^t + (1/K) sum_i sum_j A_ij D_j``
+  (attention ``(K, K)``).
 
 ``psi`` is the dot product of the flattened deltas (paper, default), ``scaled_dot`` (dot /
 ``sqrt(d)``) or ``cosine``. ``temperature`` defaults to 1.
@@ -25,9 +28,12 @@ Readings documented here:
   and more) give a sharp but finite distribution, never NaN.
 - ``cosine`` with a zero vector is 0, not NaN (a client seen for the first time has
   ``dW_k_prev = 0``; in ``time`` mode with ``dot`` its score is 0 as well).
-- For ``time``, our reading is used (docs/algorithms.md, IGFL-S): each client's previous delta is scored against its own
-  current delta only, then the softmax runs over the cohort (the paper's printed denominator mixes
-  indices).
+- For ``time``, our reading is the default (docs/algorithms.md, IGFL-S): each client's previous delta is scored
+  against its own current delta only, then the softmax runs over the cohort (the paper's eq. in section
+  4.3 pairs ``dW_j_prev`` with ``D_tau`` in its denominator, mixing indices). ``time_reading="matrix"``
+  is Algorithm 3, line 3 (option III) taken literally with ``q_i = dW_i_prev``: every client's previous
+  delta queries every current delta, like ``self`` with other queries. A first-timer's row
+  (``dW_i_prev = 0``) is uniform.
 - ``T`` in IGFL-C is the number of local steps the client takes this round (known in advance from
   epochs x batches); it must be >= 1.
 """
@@ -44,6 +50,7 @@ from lightning_fl.functional.weights import broadcast_per_client, check_choice
 __all__ = [
     "ATTENTION_MODES",
     "SIMILARITIES",
+    "TIME_READINGS",
     "attention_scores",
     "igfl_attention_aggregate",
     "igfl_client_correction",
@@ -52,6 +59,7 @@ __all__ = [
 
 ATTENTION_MODES = ("self", "global", "time")
 SIMILARITIES = ("dot", "scaled_dot", "cosine")
+TIME_READINGS = ("cohort", "matrix")
 
 
 def igfl_client_correction(
@@ -182,6 +190,7 @@ def igfl_attention_aggregate(
     mode: str = "self",
     similarity: str = "dot",
     temperature: float = 1.0,
+    time_reading: str = "cohort",
 ) -> tuple[Tensor, Tensor]:
     """IGFL-S attention-based aggregation (docs/algorithms.md, IGFL-S, Algorithm 3).
 
@@ -193,13 +202,16 @@ def igfl_attention_aggregate(
         mode: ``"self"`` (default), ``"global"`` or ``"time"``.
         similarity: ``"dot"`` (default), ``"scaled_dot"`` or ``"cosine"``.
         temperature: Score divisor (> 0, default 1).
+        time_reading: For ``mode="time"``: ``"cohort"`` (default, ``s_j = psi(dW_j_prev, D_j)``,
+            one softmax over the cohort) or ``"matrix"`` (Algorithm 3 literally: ``q_i = dW_i_prev``
+            against every ``D_j``, a ``(K, K)`` matrix averaged over its rows). Ignored otherwise.
 
     Returns:
-        ``(new_w, attention)``: ``attention`` is ``(K, K)`` (rows sum to 1) for ``self`` and ``(K,)``
-        otherwise; log it as the round's image.
+        ``(new_w, attention)``: ``attention`` is ``(K, K)`` (rows sum to 1) for ``self`` and for
+        ``time`` with ``time_reading="matrix"``, and ``(K,)`` otherwise; log it as the round's image.
 
     Raises:
-        ConfigError: If ``mode`` or ``similarity`` is not an allowed value.
+        ConfigError: If ``mode``, ``similarity`` or ``time_reading`` is not an allowed value.
         ValueError: If ``mode="time"`` without ``prev_deltas`` of shape ``(K, d)``, or
             ``temperature <= 0``.
 
@@ -211,12 +223,11 @@ def igfl_attention_aggregate(
     """
     check_choice("mode", mode, ATTENTION_MODES)
     check_choice("similarity", similarity, SIMILARITIES)
+    check_choice("time_reading", time_reading, TIME_READINGS)
     _check_temperature(temperature)
     deltas = client_w - global_w
     if mode == "self":
-        attention = torch.softmax(attention_scores(deltas, deltas, similarity, temperature), dim=-1)
-        # (1/K) sum_i sum_j alpha_ij D_j = (column means of alpha) . D
-        return global_w + torch.tensordot(attention.mean(dim=0), deltas, dims=1), attention
+        return _row_mean_attention(global_w, deltas, deltas, similarity, temperature)
     if mode == "global":
         query = deltas.mean(dim=0, keepdim=True)
         scores = attention_scores(query, deltas, similarity, temperature)[0]
@@ -225,6 +236,16 @@ def igfl_attention_aggregate(
             got = None if prev_deltas is None else tuple(prev_deltas.shape)
             raise ValueError(f"mode 'time' needs prev_deltas of shape {tuple(deltas.shape)}; got {got}")
         prev = prev_deltas.to(device=deltas.device, dtype=deltas.dtype)
+        if time_reading == "matrix":
+            return _row_mean_attention(global_w, prev, deltas, similarity, temperature)
         scores = paired_similarity(prev, deltas, similarity, temperature)
     attention = torch.softmax(scores, dim=-1)
     return global_w + torch.tensordot(attention, deltas, dims=1), attention
+
+
+def _row_mean_attention(global_w: Tensor, queries: Tensor, deltas: Tensor, similarity: str,
+                        temperature: float) -> tuple[Tensor, Tensor]:
+    """``A = softmax_j(psi(q_i, D_j) / temperature)`` per row; ``w^t + (1/K) sum_i sum_j A_ij D_j``."""
+    attention = torch.softmax(attention_scores(queries, deltas, similarity, temperature), dim=-1)
+    # (1/K) sum_i sum_j A_ij D_j = (column means of A) . D
+    return global_w + torch.tensordot(attention.mean(dim=0), deltas, dims=1), attention

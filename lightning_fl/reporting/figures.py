@@ -111,7 +111,7 @@ def accuracy_histogram_figure(accuracies: Tensor, round_idx: int, bins: int = 20
 def attention_figure(attention: Tensor, client_ids: Sequence[int], round_idx: int) -> Figure:
     """Heat map of an IGFL-S attention matrix or vector (docs/algorithms.md, IGFL-S; IGFL paper Fig. 2).
 
-    A ``(K, K)`` matrix (self-attention) is drawn with row ``i`` = query client ``i`` and column
+    A ``(K, K)`` matrix (self-attention, or time attention with ``time_reading: matrix``) is drawn with row ``i`` = query client ``i`` and column
     ``j`` = key/value client ``j`` (entry ``alpha_ij``); a ``(K,)`` vector (global / time
     attention, ``alpha_j``) is drawn as a single row. Both axes are labelled with the client ids;
     a colorbar shows the scale.

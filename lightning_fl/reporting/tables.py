@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-__all__ = ["fairness_csv", "fairness_table"]
+__all__ = ["LAST_ROUNDS_COLUMNS", "fairness_csv", "fairness_table", "last_rounds_note"]
 
 #: Column headers of the FedFa Table 2 layout used by :func:`fairness_table` / :func:`fairness_csv`.
 _TABLE_COLUMNS: tuple[str, ...] = ("Method", "Average", "Worst 20%", "Best 20%", "Variance")
 #: Metric key behind each numeric column of the table.
 _TABLE_KEYS: tuple[str, ...] = ("acc_mean", "acc_worst20", "acc_best20", "acc_var")
+#: IGFL's paper metric as extra CSV columns of a ``fit`` summary: header -> metric key (fractions).
+LAST_ROUNDS_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("Average (last 10% of rounds)", "acc_mean_last10pct"),
+    ("Pooled (last 10% of rounds)", "acc_pooled_last10pct"),
+)
 
 
 def _row_values(name: str, metrics: Mapping[str, float]) -> tuple[float, ...]:
@@ -65,16 +70,19 @@ def fairness_table(rows: Mapping[str, Mapping[str, float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def fairness_csv(rows: Mapping[str, Mapping[str, float]]) -> str:
+def fairness_csv(rows: Mapping[str, Mapping[str, float]],
+                 extra_columns: Sequence[tuple[str, str]] = ()) -> str:
     """CSV version of :func:`fairness_table` with raw values at full precision (docs/algorithms.md, Fairness metrics).
 
     Same columns (``Method,Average,Worst 20%,Best 20%,Variance``) but the numbers are the raw
     metric values, unscaled and unrounded (``repr`` of the float, which round-trips exactly):
     Average / Worst 20% / Best 20% are **fractions** in ``[0, 1]`` (``acc_mean``,
-    ``acc_worst20``, ``acc_best20``) and Variance is ``acc_var`` in percent^2.
+    ``acc_worst20``, ``acc_best20``) and Variance is ``acc_var`` in percent^2. ``extra_columns``
+    follow them (e.g. :data:`LAST_ROUNDS_COLUMNS`, IGFL's metric after ``fit``).
 
     Args:
         rows: Maps a method/run name to a metrics dict from :func:`fairness_metrics`.
+        extra_columns: ``(header, metric key)`` pairs appended after Variance, raw values too.
 
     Returns:
         CSV text with a header line, ``\\n`` line endings and a trailing newline.
@@ -90,7 +98,29 @@ def fairness_csv(rows: Mapping[str, Mapping[str, float]]) -> str:
     """
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(_TABLE_COLUMNS)
+    writer.writerow([*_TABLE_COLUMNS, *(header for header, _ in extra_columns)])
     for name, metrics in rows.items():
-        writer.writerow([str(name), *(repr(v) for v in _row_values(name, metrics))])
+        extra = [repr(float(metrics[key])) for _, key in extra_columns]
+        writer.writerow([str(name), *(repr(v) for v in _row_values(name, metrics)), *extra])
     return buf.getvalue()
+
+
+def last_rounds_note(metrics: Mapping[str, float], window: int, rounds: Sequence[int]) -> str:
+    """One Markdown line for IGFL's "test accuracy averaged over the last 10% of rounds" (docs/algorithms.md, Paper metrics).
+
+    Args:
+        metrics: ``acc_mean_last10pct`` and ``acc_pooled_last10pct`` (fractions).
+        window: ``ceil(0.1 * max_epochs)``, the rounds at the end of the run the metric covers.
+        rounds: The evaluated rounds among them, which the mean averages.
+
+    Returns:
+        The line, ending with a newline.
+
+    Example:
+        >>> print(last_rounds_note({"acc_mean_last10pct": 0.7123, "acc_pooled_last10pct": 0.72}, 3, [28, 30]), end="")
+        Last 10% of rounds (IGFL's metric; the last 3 rounds, evaluated at rounds 28, 30): Average 71.23%, Pooled 72.00%.
+    """
+    evaluated = ", ".join(str(r) for r in rounds)
+    return (f"Last 10% of rounds (IGFL's metric; the last {window} round{'s' if window != 1 else ''}, evaluated at"
+            f" round{'s' if len(rounds) != 1 else ''} {evaluated}): Average {100.0 * metrics['acc_mean_last10pct']:.2f}%,"
+            f" Pooled {100.0 * metrics['acc_pooled_last10pct']:.2f}%.\n")

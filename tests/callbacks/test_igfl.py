@@ -152,6 +152,28 @@ def test_time_attention_over_two_rounds_with_a_first_timer():
     assert log.figures == [("server/attention_figure", 1), ("server/attention_figure", 2)]
 
 
+@pytest.mark.parametrize("callback_class", [IGFLServer, IGFL])
+def test_time_matrix_reading_over_two_rounds(callback_class):
+    cb = prepared(callback_class(attention="time", time_reading="matrix", temperature=2.0), FED)
+    log = RecordingLogger()
+    # Round 0: every dW_prev is 0, so every row is uniform: w^1 = w^0 + mean(D) = W0 + [0.5, 1].
+    w1 = run_round(cb, 0, torch.tensor(W0, dtype=F64), update(0, [3, 5], Y0), log)
+    expected1 = add(W0, [0.5, 1.0])
+    torch.testing.assert_close(w1, torch.tensor(expected1, dtype=F64))
+    # Round 1: cohort {3, 7}; q_3 = dW_3_prev = D0[0] = [1, 0], q_7 = 0 (new). With d1 = [[2, 1], [-1, 0.5]]:
+    # row 3 = softmax([1*2 + 0*1, 1*(-1) + 0*0.5] / 2) = softmax([1, -0.5]); row 7 = [0.5, 0.5].
+    d1 = [[2.0, 1.0], [-1.0, 0.5]]
+    rows = [softmax([1.0, -0.5]), [0.5, 0.5]]
+    col = [(rows[0][j] + rows[1][j]) / 2 for j in range(2)]  # (1/K) sum_i A_ij
+    expected2 = add(expected1, *[[col[j] * x for x in d1[j]] for j in range(2)])
+    w2 = run_round(cb, 1, w1, update(1, [3, 7], [add(expected1, d) for d in d1]), log)
+    torch.testing.assert_close(w2, torch.tensor(expected2, dtype=F64), rtol=1e-12, atol=1e-12)
+    # The figure shows the K x K matrix; the weights histogram its column means.
+    torch.testing.assert_close(cb.last_attention, torch.tensor(rows, dtype=F64), rtol=1e-12, atol=1e-12)
+    assert log.figures == [("server/attention_figure", 1), ("server/attention_figure", 2)]
+    torch.testing.assert_close(log.histograms[-1][1].double(), torch.tensor(col, dtype=F64), rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("attention", ["self", "global", "time"])
 def test_degenerate_cohorts(attention):
     w0 = torch.tensor(W0, dtype=F64)
@@ -343,6 +365,8 @@ def test_state_dict_round_trip_continues_identically(callback_class):
     ({"similarity": "l2"}, "similarity must be one of dot, scaled_dot, cosine; got 'l2'"),
     ({"temperature": 0.0}, "temperature must be a finite number > 0; got 0.0"),
     ({"temperature": float("nan")}, "temperature must be a finite number > 0; got nan"),
+    ({"attention": "time", "time_reading": "rows"}, "time_reading must be one of cohort, matrix; got 'rows'"),
+    ({"time_reading": "matrix"}, "time_reading: matrix needs attention: time; got attention: self"),
 ])
 @pytest.mark.parametrize("callback_class", [IGFLServer, IGFL])
 def test_bad_hyperparameters_fail_with_one_line(callback_class, kwargs, message):

@@ -12,9 +12,16 @@ from lightning_fl.functional.fairness import (
     client_accuracies,
     fairness_metrics,
     first_reaching,
+    last_rounds_count,
+    mean_over_last_rounds,
     tail_count,
 )
-from lightning_fl.reporting.tables import fairness_csv, fairness_table
+from lightning_fl.reporting.tables import (
+    LAST_ROUNDS_COLUMNS,
+    fairness_csv,
+    fairness_table,
+    last_rounds_note,
+)
 
 # Five clients, accuracies [0.1, 0.5, 0.9, 0.7, 0.3] with totals [10, 20, 10, 40, 20]:
 # correct = [1, 10, 9, 28, 6].
@@ -176,3 +183,34 @@ def test_fairness_csv_full_precision():
     assert lines[2] == f"run,{1 / 3!r},0.1,0.9,800.0"
     assert float(lines[2].split(",")[1]) == 1 / 3  # round-trips exactly
     assert text.endswith("\n") and len(lines) == 3
+
+
+def test_last_rounds_count_is_the_integer_ceiling():
+    # ceil(0.1 n): 1 -> 1, 9 -> 1, 10 -> 1, 11 -> 2, 30 -> 3 (the float 0.1 * 30 = 3.0000000000000004 would give 4)
+    assert [last_rounds_count(n) for n in (1, 9, 10, 11, 30, 5000)] == [1, 1, 1, 2, 3, 500]
+    with pytest.raises(ValueError, match="num_rounds must be >= 1"):
+        last_rounds_count(0)
+
+
+def test_mean_over_last_rounds_by_hand():
+    # Evaluated every 3 rounds and at the final round 20; window 5 -> rounds 16..20: evaluations 18 and 20.
+    rounds = [3, 6, 9, 12, 15, 18, 20]
+    values = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.9]
+    mean, used = mean_over_last_rounds(rounds, values, last_round=20, window=5)
+    assert used == [18, 20] and mean == pytest.approx((0.6 + 0.9) / 2, abs=1e-15)
+    # Window 1: the final round only; a round evaluated twice counts once, with its latest value.
+    assert mean_over_last_rounds([19, 20, 20], [0.1, 0.2, 0.4], 20, 1) == (0.4, [20])
+    with pytest.raises(ValueError, match="no evaluation in the last 1 round"):
+        mean_over_last_rounds([18], [0.5], 20, 1)
+    with pytest.raises(ValueError, match="same length"):
+        mean_over_last_rounds([18, 20], [0.5], 20, 5)
+
+
+def test_fairness_csv_extra_columns_and_last_rounds_note():
+    row = {**ROWS["FedAvg"], "acc_mean_last10pct": 0.25, "acc_pooled_last10pct": 1 / 3}
+    lines = fairness_csv({"FedAvg": row}, LAST_ROUNDS_COLUMNS).splitlines()
+    assert lines[0] == "Method,Average,Worst 20%,Best 20%,Variance,Average (last 10% of rounds),Pooled (last 10% of rounds)"
+    assert lines[1] == f"FedAvg,0.8911,0.7817,1.0,68.04,0.25,{1 / 3!r}"
+    note = last_rounds_note(row, 1, [20])
+    assert note == ("Last 10% of rounds (IGFL's metric; the last 1 round, evaluated at round 20):"
+                    " Average 25.00%, Pooled 33.33%.\n")

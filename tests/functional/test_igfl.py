@@ -127,6 +127,39 @@ def test_time_attention_by_hand_and_first_timer() -> None:
         assert torch.allclose(new_w, t(2.0 * a[0], a[1]), rtol=1e-14, atol=0)
 
 
+def test_time_matrix_reading_by_hand() -> None:
+    # Algorithm 3 literally: q_i = dW_i_prev = [[1, 1], [0, -1]] against D = [[2, 0], [0, 1]]:
+    # scores q D^T = [[1*2 + 1*0, 1*0 + 1*1], [0*2 - 1*0, 0*0 - 1*1]] = [[2, 1], [0, -1]], softmax per row;
+    # w^1 = w^0 + (1/K) sum_i sum_j A_ij D_j.
+    w = t(0.5, -0.5)
+    deltas = [[2.0, 0.0], [0.0, 1.0]]
+    client_w = w + m(deltas)
+    prev = m([[1.0, 1.0], [0.0, -1.0]])
+    for temperature in (1.0, 2.0):
+        rows = [_softmax([2.0 / temperature, 1.0 / temperature]), _softmax([0.0, -1.0 / temperature])]
+        new_w, att = igfl_attention_aggregate(w, client_w, prev, mode="time", temperature=temperature,
+                                              time_reading="matrix")
+        assert att.shape == (2, 2) and torch.allclose(att, m(rows), rtol=1e-14, atol=0)
+        expected = [[0.5, -0.5][c] + sum(rows[i][j] * deltas[j][c] for i in range(2) for j in range(2)) / 2
+                    for c in range(2)]
+        assert torch.allclose(new_w, t(*expected), rtol=1e-14, atol=0)
+    # The default (cohort) reading scores each client against itself only: s = [2, -1], one softmax.
+    new_w, att = igfl_attention_aggregate(w, client_w, prev, mode="time")
+    a = _softmax([2.0, -1.0])
+    assert torch.allclose(att, t(*a), rtol=1e-14, atol=0)
+    assert torch.allclose(new_w, t(0.5 + 2.0 * a[0], -0.5 + a[1]), rtol=1e-14, atol=0)
+
+
+def test_time_matrix_first_timer_row_is_uniform() -> None:
+    # Client 1 is new (dW_prev = 0): its row scores 0 against every D_j, i.e. [1/2, 1/2], with every psi.
+    client_w = m([[2.0, 0.0], [0.0, 1.0]])
+    prev = m([[1.0, 0.0], [0.0, 0.0]])
+    for similarity in ("dot", "scaled_dot", "cosine"):
+        _, att = igfl_attention_aggregate(torch.zeros(2, dtype=F64), client_w, prev, mode="time",
+                                          similarity=similarity, time_reading="matrix")
+        assert torch.equal(att[1], t(0.5, 0.5))
+
+
 def test_all_equal_deltas_give_uniform_attention() -> None:
     w = torch.zeros(3, dtype=F64)
     client_w = t(0.5, -1.0, 2.0).expand(4, 3).clone()
@@ -178,3 +211,5 @@ def test_aggregate_validation() -> None:
         igfl_attention_aggregate(w, y, mode="time")
     with pytest.raises(ValueError, match="temperature must be"):
         igfl_attention_aggregate(w, y, temperature=0.0)
+    with pytest.raises(ValueError, match="^time_reading must be one of cohort, matrix; got 'rows'$"):
+        igfl_attention_aggregate(w, y, torch.zeros(2, 2), mode="time", time_reading="rows")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,10 @@ from lightning_fl.callbacks.fedavg import FedAvg
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lightning_fl.functional.system import transfer_seconds
-from lightning_fl.hierarchy import assign_clients
+from lightning_fl.hierarchy import Hierarchy, InstitutionAggregation, assign_clients
 from lightning_fl.rounds import RoundTraffic
 from lightning_fl.validation import ConfigError
+from tests.callbacks.helpers import make_update
 from tests.conftest import run_cli
 
 CKPT = {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint", "init_args": {"save_last": True, "save_top_k": 0}}
@@ -91,12 +93,29 @@ def test_communication_bytes_follow_the_parameter_count(tiny, tmp_path):
     assert _scalars(tmp_path, 1, "comm/total_bytes")[-1] == (4, 4 * per_round)
 
 
+def test_scaffold_traffic_counts_its_control_variates(tiny, tmp_path):
+    comm = {"class_path": "lightning_fl.callbacks.CommunicationCost"}
+    scaffold = {"class_path": "lightning_fl.callbacks.Scaffold"}
+    config = tiny(**{"trainer.callbacks": [scaffold, comm], "trainer.max_epochs": 2})
+    assert run_cli("fit", "--config", str(config)) == 0
+    model_bytes = (60 * 10 + 10) * 4  # LogisticRegression(60, 10) in fp32
+    # K = 3 clients; each receives w^t and c and sends y_k and c_k+ - c_k: 3 x 2 x 2440 = 14640 bytes each way.
+    assert _scalars(tmp_path, 0, "comm/client_down_bytes") == [(1, 14640.0), (2, 14640.0)]
+    assert _scalars(tmp_path, 0, "comm/client_up_bytes") == [(1, 14640.0), (2, 14640.0)]
+    assert _scalars(tmp_path, 0, "comm/total_bytes")[-1] == (2, 2 * 2 * 3 * 2 * model_bytes)  # rounds x ways x K x 2
+
+
 def test_network_time_model_by_hand():
     # 1 MB over 8 Mbit/s = 1 s, plus 100 ms latency.
     assert transfer_seconds(1_000_000, 8.0, 100.0) == pytest.approx(1.1)
     traffic = RoundTraffic(1_000_000, {"client": 4, "institution": 2}, [[0.5, 0.5], [2.0, 1.0]])
     # institution 0: 2 x (0.5 + 2 x 1.1) = 5.4; institution 1: (2 + 2.2) + (1 + 2.2) = 7.4; + 2 x 0.5 s uplink.
     assert estimate_round_seconds(traffic, (8.0, 100.0), (16.0, 0.0)) == pytest.approx(7.4 + 1.0)
+    # Two model-sized vectors down, one up (one message each way): 2 MB at 8 Mbit/s = 2 s + 0.1 s down,
+    # 1.1 s up, so one flat round of 0.5 s compute takes 0.5 + 2.1 + 1.1.
+    flat = RoundTraffic(1_000_000, {"client": 3}, [[0.5]], {"client": (2, 1)})
+    assert flat.transfer_bytes("client") == (2_000_000, 1_000_000)
+    assert estimate_round_seconds(flat, (8.0, 100.0), None) == pytest.approx(3.7)
 
 
 def test_tempo_runs_and_resumes_exactly(tiny, tmp_path):
@@ -145,3 +164,52 @@ def test_round_robin_and_explicit_assignment():
     assert [m.tolist() for m in assign_clients(5, 2, "explicit", [[4, 0], [1]])] == [[0, 4], [1]]
     with pytest.raises(ConfigError, match="between 0 and 4"):
         assign_clients(5, 2, "explicit", [[5], [1]])
+
+
+def _fedadp_reference(w, ys, n, prev, m):
+    """FedAdp written out (docs/algorithms.md, FedAdp): returns (aggregate, smoothed angles)."""
+    g_k = [[a - b for a, b in zip(w, y)] for y in ys]
+    p = [x / sum(n) for x in n]
+    g = [sum(p[k] * g_k[k][i] for k in range(len(ys))) for i in range(len(w))]
+
+    def norm(v):
+        return math.sqrt(sum(x * x for x in v))
+
+    theta = [math.acos(sum(a * b for a, b in zip(gk, g)) / (norm(gk) * norm(g))) for gk in g_k]
+    th = [t if mk == 1 else ((mk - 1) * pk + t) / mk for t, pk, mk in zip(theta, prev, m)]
+    raw = [nk * math.exp(5 * (1 - math.exp(-math.exp(-5 * (a - 1))))) for nk, a in zip(n, th)]
+    psi = [r / sum(raw) for r in raw]
+    return [sum(psi[k] * ys[k][i] for k in range(len(ys))) for i in range(len(w))], th
+
+
+def test_institution_fedadp_by_hand_over_two_institution_rounds():
+    agg = InstitutionAggregation("fedadp")
+    agg.bind_client_state(2)
+    # Round 1 (m = 1, 1): from w = 0, y = [1, 0] (n = 1) and [0, 1] (n = 3): g_k = -y_k, g = -[0.25, 0.75],
+    # cos = 1/sqrt(10) and 3/sqrt(10); the client closer to g gets more than its 3/4 share.
+    w0, ys1 = [0.0, 0.0], [[1.0, 0.0], [0.0, 1.0]]
+    expected1, th1 = _fedadp_reference(w0, ys1, [1, 3], [0.0, 0.0], [1, 1])
+    got1 = agg.combine(torch.tensor(w0), make_update(0, [4, 7], ys1, num_samples=[1, 3], participation=[1, 1]))
+    torch.testing.assert_close(got1, torch.tensor(expected1))
+    assert th1[0] == pytest.approx(math.acos(1 / math.sqrt(10))) and got1[1] > 0.75
+    # Round 2 (m = 2, 2), from the institution model: the angles are averaged with the stored ones.
+    w1 = got1.tolist()
+    ys2 = [[w1[0] + 1.0, w1[1] + 1.0], [w1[0] + 2.0, w1[1] - 1.0]]
+    expected2, th2 = _fedadp_reference(w1, ys2, [1, 3], th1, [2, 2])
+    got2 = agg.combine(got1, make_update(0, [4, 7], ys2, num_samples=[1, 3], participation=[2, 2]))
+    torch.testing.assert_close(got2, torch.tensor(expected2))
+    torch.testing.assert_close(agg.smoothed_angle.gather(torch.tensor([4, 7])), torch.tensor(th2))
+    # fedavg (the default): |D_n|-weighted, 1/4 [1, 0] + 3/4 [0, 1].
+    fedavg = InstitutionAggregation().combine(torch.zeros(2), make_update(0, [4, 7], ys1, num_samples=[1, 3]))
+    torch.testing.assert_close(fedavg, torch.tensor([0.25, 0.75]))
+
+
+def test_institution_aggregation_is_checked_and_must_match_on_resume():
+    with pytest.raises(ConfigError) as err:
+        Hierarchy(2, institution_aggregation="median")
+    assert str(err.value) == "hierarchy.institution_aggregation must be one of fedavg, fedadp; got 'median'"
+    saved, resumed = Hierarchy(2, local_rounds=1), Hierarchy(2, local_rounds=1, institution_aggregation="fedadp")
+    saved.setup(4, 1)
+    resumed.setup(4, 1)
+    with pytest.raises(ConfigError, match=r"institution_aggregation differs from the checkpoint's \(fedavg\)"):
+        resumed.load_state_dict(saved.state_dict())
