@@ -4,7 +4,8 @@
   "round ticket" dataloaders, reports label histograms / EMD and a partition heat map.
 * :class:`SyntheticDataModule`: FedProx Synthetic(alpha, beta) / Synthetic-IID (FedFa's four sets).
 * :class:`PooledDataModule`: any pooled ``(x, y)`` split by a partition of
-  :mod:`lightning_fl.datamodules.partitions` (``IID``, ``Dirichlet``, ``Shards``, ``Quantity``);
+  :mod:`lightning_fl.datamodules.partitions` (``IID``, ``Dirichlet``, ``Shards``, ``Quantity``,
+  ``PerClientDirichlet``, ``PowerLawClasses``);
   :class:`DigitsDataModule`: the same on scikit-learn's 8x8 digits.
 
 The partition classes are imported from :mod:`lightning_fl.datamodules.partitions` only (one class
@@ -38,9 +39,10 @@ __all__ = [
     "split_train_test",
 ]
 
-# Real data sets (docs/datasets.md): IDX (MNIST, Fashion-MNIST), CIFAR-10, LEAF JSON, Shakespeare.
+# Real data sets (docs/datasets.md): IDX (MNIST, Fashion-MNIST), CIFAR-10, LEAF JSON (FEMNIST a-j), Shakespeare.
 from lightning_fl.datamodules.cifar10 import CIFAR10DataModule  # noqa: E402
 from lightning_fl.datamodules.downloads import CorruptDataError, DataError, DataNotFoundError, DownloadError  # noqa: E402
+from lightning_fl.datamodules.femnist import FEMNISTLettersDataModule  # noqa: E402
 from lightning_fl.datamodules.leaf import LeafDataModule  # noqa: E402
 from lightning_fl.datamodules.mnist import FashionMNISTDataModule, MNISTDataModule  # noqa: E402
 from lightning_fl.datamodules.shakespeare import ShakespeareDataModule  # noqa: E402
@@ -52,6 +54,7 @@ __all__ += [
     "DataError",
     "DataNotFoundError",
     "DownloadError",
+    "FEMNISTLettersDataModule",
     "FashionMNISTDataModule",
     "LeafDataModule",
     "MNISTDataModule",

@@ -36,7 +36,7 @@ def _check_partition(partition: Partition | None, default: Partition) -> Partiti
 
 
 class PooledDataModule(FederatedDataModule):
-    """Partition a pooled dataset into clients: IID, Dirichlet, ``#C = k`` shards or quantity skew (docs/algorithms.md, Data).
+    """Partition a pooled dataset into clients: IID, Dirichlet, ``#C = k`` shards, quantity skew, ... (docs/algorithms.md, Data).
 
     The partition's own options are checked when it is constructed; the checks that need the labels
     (``num_clients`` against the sample count, ``classes_per_client`` against the classes present,
@@ -50,7 +50,7 @@ class PooledDataModule(FederatedDataModule):
         y: ``(n,)`` integer labels (with ``x``).
         partition: How samples are dealt to clients: a
             :class:`~lightning_fl.datamodules.partitions.Partition` (``IID``, ``Dirichlet``,
-            ``Shards``, ``Quantity``); ``None`` is ``IID()``.
+            ``Shards``, ``Quantity``, ``PerClientDirichlet``, ``PowerLawClasses``); ``None`` is ``IID()``.
         num_clients: Number of clients.
         num_classes: Number of classes; ``None`` infers ``max(y) + 1``.
         seed: Seed of the partition and of the train/test split.
@@ -59,7 +59,8 @@ class PooledDataModule(FederatedDataModule):
 
     Raises:
         ConfigError: For a ``partition`` that is not a Partition, or any out-of-range value (one line
-            naming the field).
+            naming the field); at setup, for ``test_fraction > 0`` with a partition whose clients share
+            samples (``PerClientDirichlet(replacement=True)``).
 
     Example:
         >>> from lightning_fl.datamodules.partitions import Shards
@@ -114,6 +115,12 @@ class PooledDataModule(FederatedDataModule):
 
     @override
     def build_data(self) -> FederatedData:
+        if self.partition.shares_samples and self.test_fraction > 0:
+            raise ConfigError(
+                f"test_fraction must be 0 with {self.partition!r}: clients share samples, so one client's test"
+                " split would hold another's training samples; use an official test set (test_set: official)"
+                " or partition.replacement: false"
+            )
         x, y = self.load_pooled()
         y = self._check_pooled(x, y)
         clients = self.partition(y, self._num_clients, generator_for(self.seed, "partition"))

@@ -31,9 +31,11 @@ def digits(partition: object) -> dict:
     ({"data": {"class_path": "lightning_fl.datamodules.SyntheticDataModule", "init_args": {"variant": "2_2"}}},
      "variant must be one of 0_0, 0.5_0.5, 1_1, iid; got '2_2'"),
     ({"data": digits({"class_path": "lightning_fl.datamodules.partitions.Zipf"})},
-     "partition must be one of Dirichlet, IID, Quantity, Shards (lightning_fl.datamodules.partitions, as"
-     " {class_path: ..., init_args: {...}}); got 'lightning_fl.datamodules.partitions.Zipf'"),
-    ({"data": digits("dirichlet")}, "partition must be one of Dirichlet, IID, Quantity, Shards"),  # the old form
+     "partition must be one of Dirichlet, IID, PerClientDirichlet, PowerLawClasses, Quantity, Shards"
+     " (lightning_fl.datamodules.partitions, as {class_path: ..., init_args: {...}});"
+     " got 'lightning_fl.datamodules.partitions.Zipf'"),
+    ({"data": digits("dirichlet")},  # the old form
+     "partition must be one of Dirichlet, IID, PerClientDirichlet, PowerLawClasses, Quantity, Shards"),
     ({"data": digits("Zipf")}, "got 'Zipf'"),
     ({"data": digits({"class_path": "torch.optim.SGD"})}, "got 'torch.optim.SGD'"),
     ({"data": digits({"class_path": f"{PARTITIONS}.Dirichlet", "init_args": {"alpha": -1.0}})},

@@ -31,7 +31,8 @@ class Partition(ABC):
     keep each one as the attribute of the same name (:meth:`options`, ``repr`` and ``==`` read them),
     extend :meth:`validate` with the checks that need the data, and implement :meth:`split`. Every
     random draw comes from the ``generator`` passed in, so the same generator state gives the same
-    partition; each client's indices are sorted ascending and every index is used at most once.
+    partition; each client's indices are sorted ascending and every index is used at most once,
+    unless :attr:`shares_samples` says otherwise.
 
     Datamodules take one as ``partition``; from YAML::
 
@@ -81,6 +82,11 @@ class Partition(ABC):
         Returns:
             One sorted ``LongTensor`` of sample indices per client.
         """
+
+    @property
+    def shares_samples(self) -> bool:
+        """Whether one sample may go to several clients (a per-client train/test split would then leak)."""
+        return False
 
     @classmethod
     def option_names(cls) -> list[str]:
@@ -132,7 +138,6 @@ def check_min_size(min_size: int, num_clients: int, num_samples: int) -> None:
             f"{FIELD}.min_size must be at most {num_samples // num_clients} ({num_samples} samples over"
             f" {num_clients} clients); got {min_size}"
         )
-
 
 
 def choices() -> str:

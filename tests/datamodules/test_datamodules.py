@@ -166,7 +166,8 @@ def test_pooled_shards_one_class_per_client():
 def test_pooled_unknown_partition_fails_in_init():
     with pytest.raises(ValueError) as err:
         PooledDataModule(partition="foo")
-    assert str(err.value).startswith("partition must be one of Dirichlet, IID, Quantity, Shards")
+    assert str(err.value).startswith(
+        "partition must be one of Dirichlet, IID, PerClientDirichlet, PowerLawClasses, Quantity, Shards")
     assert str(err.value).endswith("; got 'foo'") and "\n" not in str(err.value)
 
 

@@ -9,7 +9,14 @@ import pytest
 import torch
 import yaml
 from lightning_fl.datamodules import DigitsDataModule
-from lightning_fl.datamodules.partitions import IID, Dirichlet, Quantity, Shards
+from lightning_fl.datamodules.partitions import (
+    IID,
+    Dirichlet,
+    PerClientDirichlet,
+    PowerLawClasses,
+    Quantity,
+    Shards,
+)
 
 from lightning_fl.cli import FederatedCLI
 from lightning_fl.seeding import generator_for
@@ -22,6 +29,10 @@ PARTITIONS = [
     ("Shards", {"classes_per_client": 3}, Shards(classes_per_client=3)),
     ("Quantity", {"distribution": "power_law", "power": 2.0, "min_size": 20},
      Quantity(distribution="power_law", power=2.0, min_size=20)),
+    ("PerClientDirichlet", {"rho": 1.0, "size": 30, "prior": "uniform"},
+     PerClientDirichlet(rho=1.0, size=30, prior="uniform")),
+    ("PowerLawClasses", {"classes_per_client": 2, "sigma": 1.0, "min_per_class": 4},
+     PowerLawClasses(classes_per_client=2, sigma=1.0, min_per_class=4)),
 ]
 
 

@@ -12,6 +12,7 @@ MODULES = [
     "lightning_fl.datamodules.cifar10", "lightning_fl.datamodules.leaf", "lightning_fl.datamodules.shakespeare",
     "lightning_fl.datamodules.partitions.iid", "lightning_fl.datamodules.partitions.dirichlet",
     "lightning_fl.datamodules.partitions.shards", "lightning_fl.datamodules.partitions.quantity",
+    "lightning_fl.datamodules.partitions.per_client_dirichlet", "lightning_fl.datamodules.partitions.power_law_classes",
     "lightning_fl.datamodules.partitions.numpy_rng", "lightning_fl.datamodules.partitions.owners",
     "lightning_fl.datamodules.partitions.config_errors", "lightning_fl.datamodules.largest_remainder",
     "lightning_fl.datamodules.split", "lightning_fl.datamodules.assemble", "lightning_fl.datamodules.pooled",
