@@ -54,7 +54,7 @@ def _reference_accuracy(row: Tensor, x: Tensor, y: Tensor) -> float:
 
 
 def _fedfa_weights(acc: list[float], freq: list[int]) -> list[float]:
-    """docs/algorithms.md, FedFa steps 1-4 with alpha = beta = 0.5 (no accuracy is 0 here)."""
+    """Steps 1-4 of docs/algorithms.md, FedFa, with alpha = beta = 0.5 (no accuracy is 0 here)."""
     a = [v / sum(acc) for v in acc]
     f = [v / sum(freq) for v in freq]
     i_acc = [-math.log2(v) for v in a]
