@@ -12,6 +12,7 @@ from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.federation import Federation
 from lightning_fl.functional.fedfa import (
     MOMENTUM_FORMS,
+    PERIOD_MODES,
     fedfa_weights,
     server_momentum_step,
 )
@@ -24,6 +25,10 @@ from lightning_fl.validation import (
     check_positive,
     check_range,
 )
+
+#: Where ``train_acc_k`` comes from (docs/algorithms.md, FedFa): the trained ``y_k`` on the full local training
+#: set (one extra forward pass), or the running accuracy of the final local epoch (free).
+TRAIN_ACC_SOURCES = ("trained", "running")
 
 
 def log_client_weights(log: RoundLogger, weights: Tensor, client_ids: Tensor, title: str, figure: bool) -> None:
@@ -41,35 +46,44 @@ class FedFa(AggregationCallback):
 
     docs/algorithms.md, FedFa (paper eqs. 3-15). The client side is plain local training with the momentum
     optimizer of the config (``model.optimizer: torch.optim.SGD(momentum=gamma_c)``, "client
-    momentum"); each client reports its final-epoch training accuracy ``train_acc_k`` and its
-    participation count ``f_k`` (rounds it has been in a cohort, this one included). The server,
-    over the cohort only:
+    momentum"); each client reports its training accuracy ``train_acc_k`` and its participation
+    count ``f_k`` (rounds it has been in a cohort, this one included). The server, over the cohort only:
 
     1. ``a_k = train_acc_k / sum_j train_acc_j``; ``f_k' = f_k / sum_j f_j``.
     2. ``Iacc_k = -log2(a_k)`` (``-log2(a_k + c)`` where ``a_k == 0``);
        ``If_k = -log2(1 - f_k')`` (``-log2(1 - f_k' + c)`` where ``1 - f_k' == 0``); ``c = 1e-10``.
     3. ``Iacc_k /= sum Iacc``; ``If_k /= sum If``.
     4. ``weight_k = alpha Iacc_k + beta If_k``; ``w_agg = sum_k weight_k y_k``.
-    5. Server momentum, descent form: ``g = w^t - w_agg``; ``heavy_ball``: ``m <- gamma_s m + g``;
-       ``ema``: ``m <- gamma_s m + (1 - gamma_s) g``. ``m`` is updated every round; when
-       ``(t + 1) % b == 0`` then ``w^{t+1} = w^t - eta_s m``, otherwise ``w^{t+1} = w_agg``.
+    5. Server momentum, descent form, pseudo-gradient ``g = w^t - w_agg``: ``heavy_ball`` (journal eqs. 3-7)
+       ``m <- gamma_s m + g``; ``ema`` ``m <- gamma_s m + (1 - gamma_s) g``; on rounds with
+       ``(t + 1) % b == 0`` ``w^{t+1} = w^t - eta_s m``, otherwise ``w^{t+1} = w_agg``. ``arxiv`` (arXiv
+       version, eqs. 5-7 and Algorithm 2): ``m <- gamma_s m + (1 - gamma_s) g`` and, on those rounds,
+       ``w^{t+1} = w_agg - eta_s m``. ``period_mode: every_round`` updates ``m`` every round;
+       ``per_period`` only on those rounds, with the b-round pseudo-gradient ``g = w^{t+1-b} - w_agg``.
 
-    With ``server_momentum = 0`` and ``period = 1`` this is weighted averaging with the FedFa
-    weights (bit for bit).
+    With ``server_momentum = 0``, ``period = 1`` and ``heavy_ball``/``ema`` this is weighted averaging
+    with the FedFa weights (bit for bit).
 
     Readings and notes for users:
 
+    - **``train_acc_k``** (``train_acc``): ``trained`` (default) is the accuracy of the trained local model
+      ``y_k`` on the client's full training split, one extra forward pass after local training (a
+      straggler's ``y_k`` is what it actually trained); ``running`` is the running accuracy over the
+      samples of the final local epoch, from the logits of those training steps (free, but it can
+      differ a lot with one local epoch).
     - **Frequency term:** it gives *more* weight to clients that have participated more often
       (``-log2(1 - f')`` grows with ``f'``), exactly as eq. 12 is written; the accuracy term gives
       more weight to clients with *lower* training accuracy.
-    - **Sign of the server momentum:** the paper's printed sign would undo the clients' progress on
-      its first step; we implement the descent form above (docs/algorithms.md, FedFa).
+    - **Sign of the server momentum:** the papers' printed sign would undo the clients' progress on
+      its first step; we implement the descent form above (docs/algorithms.md, FedFa). ``ema`` is ours
+      (neither paper's): the arXiv buffer applied at ``w^t`` as in the journal.
     - ``server_lr`` multiplies the buffer when it is applied, not the pseudo-gradient inside it (the
       two agree for the default ``server_lr = 1``).
     - Degenerate normalisations (all training accuracies 0, a one-client cohort, ...) fall back to
       uniform weights (docs/algorithms.md, Server arithmetic); a warning is logged once except for a one-client cohort,
       whose weight is 1.
-    - The momentum buffer starts at zero and is checkpointed, so a resumed run continues exactly.
+    - The momentum buffer (and, with ``per_period``, the period-start model) starts empty and is
+      checkpointed, so a resumed run continues exactly, also in the middle of a period.
 
     TensorBoard (step = round number ``t + 1``): ``server/weights`` (histogram of the cohort's
     weights), ``server/weights_figure`` (their bar chart, every ``figure_every_n_rounds`` rounds) and the scalar
@@ -81,13 +95,16 @@ class FedFa(AggregationCallback):
         server_momentum: ``gamma_s`` in ``[0, 1]``. Default 0.5.
         server_lr: ``eta_s > 0``. Default 1.0.
         period: ``b >= 1``: apply the momentum step every ``b`` rounds. Default 1.
-        momentum_form: ``heavy_ball`` (journal, default) or ``ema`` (ours; docs/algorithms.md, FedFa).
+        momentum_form: ``heavy_ball`` (journal, default), ``ema`` (ours) or ``arxiv`` (arXiv version).
         figure_every_n_rounds: Log the weights bar chart every this many rounds (0: never; the
             histogram is logged every round). Default 1.
+        period_mode: ``every_round`` (default) or ``per_period`` (see step 5).
+        train_acc: ``trained`` (default) or ``running`` (see the notes above).
 
     Raises:
         ConfigError: On ``alpha + beta != 1``, a negative ``alpha``/``beta``, ``server_momentum``
-            outside ``[0, 1]``, ``server_lr <= 0``, ``period < 1`` or an unknown ``momentum_form``.
+            outside ``[0, 1]``, ``server_lr <= 0``, ``period < 1`` or an unknown ``momentum_form``,
+            ``period_mode`` or ``train_acc``.
 
     Example (YAML)::
 
@@ -113,6 +130,8 @@ class FedFa(AggregationCallback):
         period: int = 1,
         momentum_form: str = "heavy_ball",
         figure_every_n_rounds: int = 1,
+        period_mode: str = "every_round",
+        train_acc: str = "trained",
     ) -> None:
         super().__init__()
         check_non_negative("alpha", alpha)
@@ -120,6 +139,8 @@ class FedFa(AggregationCallback):
         if abs(alpha + beta - 1.0) > 1e-6:
             raise ConfigError(f"alpha + beta must equal 1; got alpha={alpha!r}, beta={beta!r}")
         _check_momentum_args(server_momentum, server_lr, period, momentum_form, figure_every_n_rounds)
+        check_choice("period_mode", period_mode, PERIOD_MODES)
+        check_choice("train_acc", train_acc, TRAIN_ACC_SOURCES)
         self.alpha = float(alpha)
         self.beta = float(beta)
         self.server_momentum = float(server_momentum)
@@ -127,18 +148,44 @@ class FedFa(AggregationCallback):
         self.period = period
         self.momentum_form = momentum_form
         self.figure_every_n_rounds = figure_every_n_rounds
+        self.period_mode = period_mode
+        self.train_acc = train_acc
+        # The engine measures y_k on the full train split only when asked (one extra forward pass).
+        self.requires_trained_accuracy = train_acc == "trained"
         self.add_server_state("momentum")  # (d,) after the first round
+        # per_period: w^{t+1-b} and the round it was recorded in (which period it belongs to).
+        self.add_server_state("period_start")
+        self.add_server_state("period_start_round")
 
     def client_weights(self, update: CohortUpdate, like: Tensor) -> tuple[Tensor, bool]:
         """The cohort's ``(K,)`` aggregation weights (dtype/device of ``like``) and the degenerate flag."""
-        train_acc = update.train_acc.to(device=like.device, dtype=like.dtype)
-        return fedfa_weights(train_acc, update.participation.to(like.device), self.alpha, self.beta)
+        if self.train_acc == "trained":
+            if update.trained_acc is None:
+                raise RuntimeError("FedFa(train_acc=trained) needs CohortUpdate.trained_acc; the engine did not"
+                                   " measure it")
+            accuracy = update.trained_acc
+        else:
+            accuracy = update.train_acc
+        accuracy = accuracy.to(device=like.device, dtype=like.dtype)
+        return fedfa_weights(accuracy, update.participation.to(like.device), self.alpha, self.beta)
 
     @override
     def on_federation_setup(self, federation: Federation) -> None:
         if not federation.optimizer.momentum:
             rank_zero_info(f"{type(self).__name__}: the client optimizer has no momentum; the paper's double"
                            " momentum uses SGD(momentum=...) on the clients (model.optimizer.init_args.momentum)")
+
+    def _period_start(self, round_idx: int, global_w: Tensor) -> Tensor | None:
+        """``w^{t+1-b}`` with ``per_period`` (``None`` otherwise), recorded at the period's first aggregation.
+
+        The first aggregation of a period is normally its first round; when earlier rounds of the period
+        were empty (no client reported) the global model did not move, so ``w^t`` is still the period's start.
+        """
+        if self.period_mode != "per_period":
+            return None
+        if self.period_start is None or self.period_start_round // self.period != round_idx // self.period:
+            self.period_start, self.period_start_round = global_w.clone(), round_idx
+        return self.period_start.to(global_w)
 
     @override
     def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
@@ -148,8 +195,9 @@ class FedFa(AggregationCallback):
             self.warn_degenerate_once("weights", round_idx)
         w_agg = update.weighted_sum(weights)
         momentum = None if self.momentum is None else self.momentum.to(global_w)
-        new_w, self.momentum = server_momentum_step(global_w, w_agg, momentum, round_idx, self.server_momentum,
-                                                    self.server_lr, self.period, self.momentum_form)
+        new_w, self.momentum = server_momentum_step(
+            global_w, w_agg, momentum, round_idx, self.server_momentum, self.server_lr, self.period,
+            self.momentum_form, self.period_mode, self._period_start(round_idx, global_w))
         log.log_scalars({"server/momentum_norm": float(torch.linalg.vector_norm(self.momentum))})
         figure = self.figure_every_n_rounds > 0 and round_idx % self.figure_every_n_rounds == 0
         log_client_weights(log, weights, update.client_ids, self.weights_title, figure)

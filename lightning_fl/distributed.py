@@ -150,7 +150,8 @@ class CohortSharding:
             torch.zeros(0, dtype=torch.bool)
         stats = {"finite": finite, "num_samples": local.num_samples, "num_steps": local.num_steps, "train_acc": local.train_acc,
                  "train_loss": local.train_loss, "participation": local.participation, "label_hist": local.label_hist,
-                 "loss_before": local.loss_before, "extra": local.extra, "int_state": local.int_state}
+                 "loss_before": local.loss_before, "trained_acc": local.trained_acc, "extra": local.extra,
+                 "int_state": local.int_state}
         if kept_states is not None:
             stats["kept"] = kept_states(client_ids[shards[self.rank]].tolist())
         every = self._all_gather_object({k: _to_cpu(v) for k, v in stats.items()}, what)
@@ -175,7 +176,7 @@ class CohortSharding:
             int_state={k: v.to(device) for k, v in every[owner_of_first]["int_state"].items()},
             num_samples=merged("num_samples"), num_steps=merged("num_steps"), train_acc=merged("train_acc"),
             train_loss=merged("train_loss"), participation=merged("participation"), label_hist=merged("label_hist"),
-            loss_before=merged("loss_before"),
+            loss_before=merged("loss_before"), trained_acc=merged("trained_acc"),
             extra={key: torch.cat([s["extra"][key] for s in every if key in s["extra"]])[order].to(device)
                    for key in extra_keys},
         )

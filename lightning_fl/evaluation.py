@@ -7,8 +7,10 @@ from typing import Any, Protocol
 
 import torch
 from torch import Tensor
+from torch.func import functional_call
 
 from lightning_fl.data import FederatedData
+from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.models.base import ClientModule
 
 
@@ -83,6 +85,44 @@ def client_train_losses(model: ClientModule, data: FederatedData, client_ids: Te
     x, y = torch.cat([x for x, _ in splits]), torch.cat([y for _, y in splits])
     _, total, loss_sum = evaluate_segments(model, x, y, offsets, batch_size)
     return loss_sum / total
+
+
+@torch.no_grad()
+def trained_accuracies(model: ClientModule, layout: FlatStateLayout, rows: Tensor, data: FederatedData,
+                       client_ids: Tensor, batch_size: int = 4096) -> Tensor:
+    """Accuracy of each client's own trained weights on its full train split (``train_acc_k``, docs/algorithms.md, Notation).
+
+    Client ``k``'s row of ``rows`` replaces the model's floating-point state (``functional_call``: no
+    copy into the model), in eval mode and fp32, one client at a time; a client's result depends on
+    its weights and data only, so it is the same whichever cohort, engine chunk or process it is in.
+
+    Args:
+        model: A model of the run's architecture (its own weights are left untouched).
+        layout: The flat layout of ``rows``.
+        rows: ``(K, d)`` trained weights ``y_k``, in the order of ``client_ids``.
+        data: The federation's data.
+        client_ids: ``(K,)`` client ids.
+        batch_size: Samples per forward pass.
+
+    Returns:
+        ``(K,)`` float64 CPU tensor.
+    """
+    accuracy = torch.zeros(len(client_ids), dtype=torch.float64)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.autocast(rows.device.type, enabled=False):
+            for i, client in enumerate(client_ids.tolist()):
+                state = layout.unflatten(rows[i])
+                x, y = data.client_train(client)
+                correct = 0
+                for start in range(0, len(y), batch_size):
+                    logits = functional_call(model, state, (x[start : start + batch_size],))
+                    correct += int((logits.argmax(-1) == y[start : start + batch_size]).sum())
+                accuracy[i] = correct / max(len(y), 1)
+    finally:
+        model.train(was_training)
+    return accuracy
 
 
 @dataclass

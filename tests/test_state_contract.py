@@ -30,6 +30,9 @@ SYSTEM = {"model.system": {"dropout": 0.3, "speed_mean": 3.0, "speed_sigma": 1.0
 #: (callback class name, init_args, config overrides). Every stateful callback appears at least once.
 CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("FedFa", {}, {"model.optimizer.init_args.momentum": 0.9}),
+    # b = 3: the run is cut after round 2 of a period, so the resumed run applies it from the saved w^{t+1-b}.
+    ("FedFa", {"period": 3, "period_mode": "per_period", "momentum_form": "arxiv"},
+     {"model.optimizer.init_args.momentum": 0.9}),
     ("FedFaMo", {}, {}),
     ("FedAvgM", {}, {}),
     ("FedAdam", {"lr": 0.05}, {}),

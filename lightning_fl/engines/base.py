@@ -15,7 +15,7 @@ from lightning_fl.client_state import ClientStateStore
 from lightning_fl.data import FederatedData
 from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
 from lightning_fl.engines.hooks import ClientHookSet
-from lightning_fl.evaluation import client_train_losses
+from lightning_fl.evaluation import client_train_losses, trained_accuracies
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.functional.system import samples_seen
 from lightning_fl.models.base import ClientModule
@@ -76,7 +76,8 @@ class ClientEngine(ABC):
     """Trains a cohort of clients from the global model and returns their stacked results.
 
     Subclasses implement :meth:`_train`; :meth:`train_cohort` adds what every engine reports
-    (sample and step counts, label histograms, ``loss_before`` when a hook asks for it).
+    (sample and step counts, label histograms, ``loss_before`` and ``trained_acc`` when a hook asks
+    for them).
 
     Args:
         plan: Local training configuration.
@@ -140,7 +141,8 @@ class ClientEngine(ABC):
                 int_state={}, num_samples=num_samples, num_steps=num_steps,
                 train_acc=torch.zeros(0, dtype=torch.float64), train_loss=torch.zeros(0, dtype=torch.float64),
                 participation=participation, label_hist=self._label_hist[client_ids],
-                loss_before=torch.zeros(0, dtype=torch.float64) if hooks.requires_loss_before else None)
+                loss_before=torch.zeros(0, dtype=torch.float64) if hooks.requires_loss_before else None,
+                trained_acc=torch.zeros(0, dtype=torch.float64) if hooks.requires_trained_accuracy else None)
         if loss_before is None and hooks.requires_loss_before:
             loss_before = client_train_losses(self.model, self.data, client_ids)
         ctx = LocalTrainingContext(
@@ -149,11 +151,18 @@ class ClientEngine(ABC):
             sub_round=sub_round, layout=self.layout,
         )
         weights, int_state, train_acc, train_loss, extra = self._train(ctx, hooks)
+        # After what each client actually did (a straggler's partial work too), on its full train split.
+        trained_acc = self._trained_accuracy(client_ids, weights) if hooks.requires_trained_accuracy else None
         return CohortUpdate(
             round_idx=round_idx, client_ids=client_ids, weights=weights, int_state=int_state,
             num_samples=num_samples, num_steps=num_steps, train_acc=train_acc, train_loss=train_loss,
-            participation=participation, label_hist=self._label_hist[client_ids], loss_before=loss_before, extra=extra,
+            participation=participation, label_hist=self._label_hist[client_ids], loss_before=loss_before,
+            trained_acc=trained_acc, extra=extra,
         )
+
+    def _trained_accuracy(self, client_ids: Tensor, weights: Tensor) -> Tensor:
+        """``(K,)`` float64 accuracy of each trained row of ``weights`` on its client's full train split."""
+        return trained_accuracies(self.model, self.layout, weights, self.data, client_ids)
 
     @abstractmethod
     def _train(self, ctx: LocalTrainingContext, hooks: ClientHookSet

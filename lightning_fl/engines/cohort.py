@@ -81,6 +81,8 @@ class CohortUpdate:
         label_hist: ``(K, C)`` label histograms of the clients' train splits.
         loss_before: ``(K,)`` loss of ``w^t`` on each client's train split, only when a callback
             asked for it (q-FFL); ``None`` otherwise.
+        trained_acc: ``(K,)`` float64 accuracy of each trained ``y_k`` on the client's full train
+            split, measured after training, only when a callback asked for it (FedFa); ``None`` otherwise.
         extra: Per-client tensors returned by hooks' ``on_local_train_end`` (stacked to ``(K, ...)``).
         reduce_rows: With ``model.exchange: reduce`` over several processes, ``weights`` is ``None`` and
             this computes ``sum_k c_k y_k`` from every rank's own rows (one all-reduce); use
@@ -99,6 +101,7 @@ class CohortUpdate:
     participation: Tensor
     label_hist: Tensor
     loss_before: Tensor | None = None
+    trained_acc: Tensor | None = None
     extra: dict[str, Tensor] = field(default_factory=dict)
     reduce_rows: Callable[[Tensor], Tensor] | None = None
     finite: Tensor | None = None
@@ -161,5 +164,6 @@ class CohortUpdate:
             int_state=self.int_state, num_samples=self.num_samples[cpu_rows], num_steps=self.num_steps[cpu_rows],
             train_acc=self.train_acc[cpu_rows], train_loss=self.train_loss[cpu_rows],
             participation=self.participation[cpu_rows], label_hist=self.label_hist[cpu_rows],
-            loss_before=pick(self.loss_before), extra={k: pick(v) for k, v in self.extra.items()},
+            loss_before=pick(self.loss_before),
+            trained_acc=None if self.trained_acc is None else self.trained_acc[cpu_rows], extra={k: pick(v) for k, v in self.extra.items()},
             reduce_rows=reduce_rows, finite=pick(self.finite))

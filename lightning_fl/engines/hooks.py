@@ -23,9 +23,13 @@ class ClientHooks:
     Attributes:
         requires_loss_before: Set to ``True`` when the algorithm needs ``loss_before_k``, the loss of
             ``w^t`` on each client's train split before training (q-FFL, docs/algorithms.md, Notation).
+        requires_trained_accuracy: Set to ``True`` when the algorithm needs the accuracy of each trained
+            ``y_k`` on the client's full train split, measured after training (FedFa's ``train_acc_k``,
+            docs/algorithms.md, Notation): ``CohortUpdate.trained_acc``.
     """
 
     requires_loss_before: bool = False
+    requires_trained_accuracy: bool = False
 
     def on_local_train_start(self, ctx: LocalTrainingContext) -> None:
         """Called once before the first local step of the clients in ``ctx`` (fill ``ctx.cache``)."""
@@ -64,6 +68,7 @@ class ClientHookSet(ClientHooks):
             name: [h for h in hooks if getattr(type(h), name) is not getattr(ClientHooks, name)] for name in _HOOK_NAMES
         }
         self.requires_loss_before = any(h.requires_loss_before for h in hooks)
+        self.requires_trained_accuracy = any(h.requires_trained_accuracy for h in hooks)
 
     def has(self, name: str) -> bool:
         """Whether any object overrides hook ``name``."""

@@ -31,6 +31,7 @@ from lightning_fl.client_state import ClientStateStore
 from lightning_fl.data import FederatedData
 from lightning_fl.engines.base import ClientEngine, LocalTrainingPlan, final_epoch_samples
 from lightning_fl.engines.cohort import LocalTrainingContext
+from lightning_fl.engines.cohort_accuracy import cohort_accuracies
 from lightning_fl.engines.formulation import analyse_model, build_forward, verify
 from lightning_fl.engines.fused import FusedLinearChain
 from lightning_fl.engines.hooks import ClientHookSet
@@ -125,6 +126,16 @@ class VectorizedEngine(ClientEngine):
         state = self.model.state_dict() if self.layout.other_names else {}
         int_state = {n: state[n].clone() for n in self.layout.other_names}
         return weights, int_state, train_acc, train_loss, _merge_extras(extra_parts, num_clients)
+
+    @override
+    def _trained_accuracy(self, client_ids: Tensor, weights: Tensor) -> Tensor:
+        """The trained rows evaluated with the cohort formulation, a chunk at a time (no per-client loop)."""
+        if self.fallback is not None:
+            return super()._trained_accuracy(client_ids, weights)
+        ids = client_ids.tolist()
+        return cohort_accuracies(self.forward, self.layout, weights, {n for n, _ in self._named}, self.data.x_train,
+                                 self.data.y_train, [self._offsets[k] for k in ids], [self._sizes[k] for k in ids],
+                                 self.plan.max_parallel_clients)
 
     def _chunks(self, ctx: LocalTrainingContext) -> list[tuple[list[int], list | None]]:
         """Cohort positions per chunk (by decreasing ``n_k``), with the clients' saved optimizer states.

@@ -11,13 +11,23 @@ Weights over the cohort (paper eqs. 9-15, :func:`fedfa_weights`):
 4. ``weight_k = alpha Iacc_k + beta If_k`` with ``alpha, beta >= 0`` and ``alpha + beta == 1``
    (within 1e-6; anything else is a configuration error). ``w_agg = sum_k weight_k y_k``.
 
-Server momentum (eqs. 3-7, :func:`server_momentum_step`). The paper's printed sign would undo the
-clients' progress on its first step; we implement the descent form: ``g = w^t - w_agg``;
-``heavy_ball`` (journal, default) ``m <- gamma_s m + g``; ``ema`` (ours; see docs/algorithms.md, FedFa)
-``m <- gamma_s m + (1 - gamma_s) g``. The buffer is updated every round; if ``(t + 1) % b == 0``
-then ``w^{t+1} = w^t - eta_s m``, otherwise ``w^{t+1} = w_agg``. Defaults ``gamma_s = 0.5``,
-``eta_s = 1``, ``b = 1``; ``gamma_s = 0, b = 1`` is plain weighted averaging (exactly, see below).
-FedFa-mo (the paper's ablation) is the same momentum step after FedAvg weights ``n_k / sum n``.
+Server momentum (journal eqs. 3-7, arXiv eqs. 5-7 and Alg. 2; :func:`server_momentum_step`). The papers'
+printed sign would undo the clients' progress on the first step; we implement the descent form with
+the pseudo-gradient ``g = w^t - w_agg``:
+
+- ``heavy_ball`` (journal, default): ``m <- gamma_s m + g``; apply ``w^{t+1} = w^t - eta_s m``;
+- ``ema`` (ours, see docs/algorithms.md, FedFa): ``m <- gamma_s m + (1 - gamma_s) g``; apply as ``heavy_ball``;
+- ``arxiv`` (arXiv version): ``m <- gamma_s m + (1 - gamma_s) g``; apply at the aggregate,
+  ``w^{t+1} = w_agg - eta_s m``.
+
+The momentum is applied on rounds with ``(t + 1) % b == 0``; otherwise ``w^{t+1} = w_agg``. Period
+reading (``period_mode``): ``every_round`` (default) updates the buffer every round with ``g`` as
+above; ``per_period`` updates it only on apply rounds, with the b-round pseudo-gradient
+``g = w^{t+1-b} - w_agg^{t+1}`` (the global model at the start of the period minus this round's
+aggregate). Defaults ``gamma_s = 0.5``, ``eta_s = 1``, ``b = 1``; ``gamma_s = 0, b = 1`` with
+``heavy_ball`` or ``ema`` is plain weighted averaging (exactly, see below; ``arxiv`` then extrapolates,
+``w_agg - eta_s g``). FedFa-mo (the paper's ablation) is the same momentum step after FedAvg weights
+``n_k / sum n``.
 
 Readings documented here:
 
@@ -45,10 +55,11 @@ from lightning_fl.functional.weights import (
     normalize_weights,
 )
 
-__all__ = ["FEDFA_C", "MOMENTUM_FORMS", "fedfa_weights", "server_momentum_step"]
+__all__ = ["FEDFA_C", "MOMENTUM_FORMS", "PERIOD_MODES", "fedfa_weights", "server_momentum_step"]
 
 FEDFA_C = 1e-10
-MOMENTUM_FORMS = ("heavy_ball", "ema")
+MOMENTUM_FORMS = ("heavy_ball", "ema", "arxiv")
+PERIOD_MODES = ("every_round", "per_period")
 
 
 def _check_alpha_beta(alpha: float, beta: float) -> None:
@@ -116,6 +127,8 @@ def server_momentum_step(
     server_lr: float = 1.0,
     period: int = 1,
     form: str = "heavy_ball",
+    period_mode: str = "every_round",
+    period_start: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """FedFa's server momentum in descent form (docs/algorithms.md, FedFa, step 5).
 
@@ -127,14 +140,20 @@ def server_momentum_step(
         gamma: ``gamma_s`` (default 0.5).
         server_lr: ``eta_s`` (default 1).
         period: ``b`` >= 1 (default 1): the buffer is applied when ``(t + 1) % b == 0``.
-        form: ``"heavy_ball"`` (default) or ``"ema"``.
+        form: ``"heavy_ball"`` (default), ``"ema"`` or ``"arxiv"``.
+        period_mode: ``"every_round"`` (default: the buffer is updated every round with
+            ``g = w^t - w_agg``) or ``"per_period"`` (updated on apply rounds only, with
+            ``g = w^{t+1-b} - w_agg``).
+        period_start: ``w^{t+1-b}``, the global model at the start of the current period; required
+            with ``per_period``, ignored otherwise.
 
     Returns:
-        ``(new_w, new_momentum)``; ``new_momentum`` is updated every round.
+        ``(new_w, new_momentum)``; with ``per_period`` the buffer is returned unchanged (zeros for
+        ``None``) on rounds that do not apply it.
 
     Raises:
-        ConfigError: If ``form`` is not one of ``heavy_ball``, ``ema``.
-        ValueError: If ``period < 1`` or ``round_idx < 0``.
+        ConfigError: If ``form`` or ``period_mode`` is not one of the allowed values.
+        ValueError: If ``period < 1``, ``round_idx < 0``, or ``per_period`` without ``period_start``.
 
     Example:
         >>> # g = 1 - 0.5; m = 0.5 * 1 + g = 1; w = 1 - 1 * m
@@ -142,15 +161,27 @@ def server_momentum_step(
         (tensor([0.]), tensor([1.]))
     """
     check_choice("form", form, MOMENTUM_FORMS)
+    check_choice("period_mode", period_mode, PERIOD_MODES)
     if isinstance(period, bool) or not isinstance(period, int) or period < 1:
         raise ValueError(f"period must be an integer >= 1; got {period!r}")
     if round_idx < 0:
         raise ValueError(f"round_idx must be >= 0; got {round_idx!r}")
-    g = global_w - agg_w  # pseudo-gradient; -g is the direction the clients moved
-    prev = torch.zeros_like(g) if momentum is None else momentum
+    apply = (round_idx + 1) % period == 0
+    prev = torch.zeros_like(agg_w) if momentum is None else momentum
+    step = global_w - agg_w  # this round's pseudo-gradient; -step is the direction the clients moved
+    if period_mode == "per_period":
+        if period_start is None:
+            raise ValueError("period_mode per_period needs period_start (the global model w^{t+1-b})")
+        if not apply:
+            return agg_w.clone(), prev
+        g = period_start - agg_w  # the whole period's progress
+    else:
+        g = step
     new_momentum = gamma * prev + (g if form == "heavy_ball" else (1.0 - gamma) * g)
-    if (round_idx + 1) % period != 0:
+    if not apply:
         return agg_w.clone(), new_momentum
-    # w^t - eta_s m written as w_agg + (g - eta_s m): algebraically identical, and exactly w_agg when
-    # gamma_s = 0 and eta_s = 1 (g - g == 0), so the documented reduction holds bit for bit.
-    return agg_w + (g - server_lr * new_momentum), new_momentum
+    if form == "arxiv":
+        return agg_w - server_lr * new_momentum, new_momentum
+    # w^t - eta_s m written as w_agg + (step - eta_s m): algebraically identical, and exactly w_agg when
+    # gamma_s = 0 and eta_s = 1 in every_round mode (step - step == 0), so the reduction holds bit for bit.
+    return agg_w + (step - server_lr * new_momentum), new_momentum

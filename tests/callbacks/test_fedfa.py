@@ -33,12 +33,15 @@ def fedfa(cls=None, **kwargs):
     return prepared((cls or FedFa)(**kwargs), FED)
 
 
-def update(round_idx, ids, weights, acc, participation, samples=None) -> CohortUpdate:
+def update(round_idx, ids, weights, acc, participation, samples=None, running=None, measured=True) -> CohortUpdate:
+    """``acc`` is the trained accuracy (``trained_acc``, absent unless ``measured``); ``running`` the running one."""
     k = len(ids)
     return CohortUpdate(
         round_idx=round_idx, client_ids=torch.tensor(ids), weights=torch.tensor(weights, dtype=F64), int_state={},
         num_samples=torch.tensor(samples if samples is not None else [10] * k),
-        num_steps=torch.ones(k, dtype=torch.long), train_acc=torch.tensor(acc, dtype=F64),
+        num_steps=torch.ones(k, dtype=torch.long),
+        train_acc=torch.tensor(running, dtype=F64) if running is not None else torch.full((k,), 0.9, dtype=F64),
+        trained_acc=torch.tensor(acc, dtype=F64) if measured else None,
         train_loss=torch.zeros(k, dtype=F64), participation=torch.tensor(participation),
         label_hist=torch.zeros(k, 2, dtype=torch.long),
     )
@@ -77,7 +80,7 @@ def test_hand_numbers_of_the_example():
     assert w == pytest.approx([0.220716, 0.779284], abs=1e-6)
 
 
-@pytest.mark.parametrize("form", ["heavy_ball", "ema"])
+@pytest.mark.parametrize("form", ["heavy_ball", "ema", "arxiv"])
 @pytest.mark.parametrize("period", [1, 2])
 def test_two_rounds_by_hand(form, period):
     gamma, eta = 0.5, 0.8
@@ -92,12 +95,47 @@ def test_two_rounds_by_hand(form, period):
         agg = axpy(fedfa_weights_by_hand(r["acc"], r["participation"], 0.5, 0.5), r["weights"])
         g = [wi - ai for wi, ai in zip(w, agg)]  # pseudo-gradient w^t - w_agg
         m = momentum_update(m, g)
-        expected = [wi - eta * mi for wi, mi in zip(w, m)] if (t + 1) % period == 0 else agg
+        base = agg if form == "arxiv" else w  # arXiv eqs. 6-7 apply the momentum at the aggregate
+        expected = [bi - eta * mi for bi, mi in zip(base, m)] if (t + 1) % period == 0 else agg
         got = aggregate(cb, FED, t, torch.tensor(w, dtype=F64), update(t, **r), log)
         torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(cb.momentum, torch.tensor(m, dtype=F64), rtol=1e-12, atol=1e-12)
         assert log.scalars[-1] == ({"server/momentum_norm": pytest.approx(math.hypot(*m), rel=1e-6)}, t + 1)
         w = expected
+
+
+def test_train_acc_reading_picks_the_trained_or_the_running_accuracy():
+    r = {**R0, "acc": [0.5, 0.25]}
+    trained = fedfa(server_momentum=0.0)
+    running = fedfa(server_momentum=0.0, train_acc="running")
+    assert trained.requires_trained_accuracy and not running.requires_trained_accuracy
+    assert not fedfa(FedFaMo).requires_trained_accuracy  # FedAvg weights: no accuracy, no extra pass
+    got = aggregate(trained, FED, 0, torch.tensor(W0, dtype=F64), update(0, **r, running=[0.25, 0.5]))
+    want = axpy(fedfa_weights_by_hand([0.5, 0.25], R0["participation"], 0.5, 0.5), R0["weights"])
+    torch.testing.assert_close(got, torch.tensor(want, dtype=F64), rtol=1e-14, atol=1e-14)
+    got = aggregate(running, FED, 0, torch.tensor(W0, dtype=F64), update(0, **r, running=[0.25, 0.5], measured=False))
+    want = axpy(fedfa_weights_by_hand([0.25, 0.5], R0["participation"], 0.5, 0.5), R0["weights"])
+    torch.testing.assert_close(got, torch.tensor(want, dtype=F64), rtol=1e-14, atol=1e-14)
+    with pytest.raises(RuntimeError, match="needs CohortUpdate.trained_acc"):
+        aggregate(fedfa(), FED, 0, torch.tensor(W0, dtype=F64), update(0, **R0, measured=False))
+
+
+def test_per_period_records_the_period_start_even_after_an_empty_round():
+    # b = 3, heavy_ball, gamma_s = 0.5. Round 0 is empty (no aggregation), so w^1 = w^0 = W0 and the period's
+    # first aggregation (t = 1) records W0 as w^{t+1-b}. t = 1: plain aggregate; t = 2: g = W0 - w_agg, m = g,
+    # w^3 = w^2 - m. t = 3 opens the next period: its start is w^3.
+    cb = fedfa(server_momentum=0.5, period=3, period_mode="per_period")
+    w1 = aggregate(cb, FED, 1, torch.tensor(W0, dtype=F64), update(1, **R0))
+    agg1 = axpy(fedfa_weights_by_hand(R0["acc"], R0["participation"], 0.5, 0.5), R0["weights"])
+    torch.testing.assert_close(w1, torch.tensor(agg1, dtype=F64), rtol=1e-14, atol=1e-14)
+    assert torch.equal(cb.period_start, torch.tensor(W0, dtype=F64)) and torch.equal(cb.momentum, torch.zeros(2, dtype=F64))
+    w2 = aggregate(cb, FED, 2, w1, update(2, **R1))
+    agg2 = axpy(fedfa_weights_by_hand(R1["acc"], R1["participation"], 0.5, 0.5), R1["weights"])
+    m = [s - a for s, a in zip(W0, agg2)]
+    torch.testing.assert_close(cb.momentum, torch.tensor(m, dtype=F64), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(w2, torch.tensor([w - mi for w, mi in zip(agg1, m)], dtype=F64), rtol=1e-12, atol=1e-12)
+    aggregate(cb, FED, 3, w2, update(3, **R0))
+    assert torch.equal(cb.period_start, w2) and cb.period_start_round == 3
 
 
 def test_no_momentum_is_exactly_weighted_average():
@@ -186,7 +224,9 @@ def test_fedfa_mo_uses_sample_weights_with_double_momentum():
     ({"server_momentum": 1.5}, "server_momentum must be between 0.0 and 1.0; got 1.5"),
     ({"period": 0}, "period must be an integer >= 1; got 0"),
     ({"server_lr": 0.0}, "server_lr must be a finite number > 0; got 0.0"),
-    ({"momentum_form": "nesterov"}, "momentum_form must be one of heavy_ball, ema; got 'nesterov'"),
+    ({"momentum_form": "nesterov"}, "momentum_form must be one of heavy_ball, ema, arxiv; got 'nesterov'"),
+    ({"period_mode": "per_round"}, "period_mode must be one of every_round, per_period; got 'per_round'"),
+    ({"train_acc": "final"}, "train_acc must be one of trained, running; got 'final'"),
     ({"figure_every_n_rounds": -1}, "figure_every_n_rounds must be an integer >= 0; got -1"),
 ])
 def test_bad_hyperparameters_fail_with_one_line(kwargs, message):
@@ -225,7 +265,8 @@ def test_cli_resume_2_plus_2_equals_4_and_logs_tensorboard(tiny, tmp_path):
     ({"alpha": 0.5, "beta": 0.6}, "alpha + beta must equal 1; got alpha=0.5, beta=0.6"),
     ({"server_momentum": -0.5}, "server_momentum must be between 0.0 and 1.0; got -0.5"),
     ({"period": 0}, "period must be an integer >= 1; got 0"),
-    ({"momentum_form": "adam"}, "momentum_form must be one of heavy_ball, ema; got 'adam'"),
+    ({"momentum_form": "adam"}, "momentum_form must be one of heavy_ball, ema, arxiv; got 'adam'"),
+    ({"train_acc": "final"}, "train_acc must be one of trained, running; got 'final'"),
 ])
 def test_cli_bad_hyperparameters_exit_2_with_one_line(tiny, capsys, init_args, message):
     assert_cli_exits_2(tiny, capsys, {"class_path": "lightning_fl.callbacks.fedfa.FedFa", "init_args": init_args}, message)
