@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_info
@@ -16,6 +17,7 @@ from lightning_fl.functional.fairness import (
     client_accuracies,
     fairness_metrics,
 )
+from lightning_fl.reporting.client_accuracy import append_client_rows
 from lightning_fl.reporting.figures import accuracy_histogram_figure
 from lightning_fl.reporting.tables import fairness_csv, fairness_table
 from lightning_fl.round_logger import RoundLogger
@@ -34,7 +36,9 @@ class FairnessMetrics(FederatedCallback):
     Variance) of the last evaluation on the **client test splits**, labelled with its round, and
     saves it as ``fairness_summary.md`` and ``.csv`` (``fairness_summary_test.*`` after ``test``) in
     the log directory, with ``fairness_history.csv`` holding every evaluation of both splits (one row
-    per stage and round).
+    per stage and round). Every evaluation also appends each client's accuracy and sample count to
+    ``client_accuracy.csv`` in the run directory (``round,stage,client,accuracy,samples``; rank 0,
+    any logger), the distribution behind the summary metrics.
 
     Args:
         histogram_every: Log the accuracy histogram (and a figure of it) every this many evaluations.
@@ -50,6 +54,7 @@ class FairnessMetrics(FederatedCallback):
         self.method_name = method_name
         self.add_server_state("history", [])  # every evaluation: stage, round and the metrics
         self._aggregation = "FairnessMetrics"
+        self._client_rows_stages: set[str] = set()  # stages this process has written client rows for
 
     @override
     def on_federation_setup(self, federation: Federation) -> None:
@@ -63,9 +68,13 @@ class FairnessMetrics(FederatedCallback):
         stage = evaluation.stage
         log.log_scalars({f"{stage}/{k}": v for k, v in metrics.items()}, prog_bar=(f"{stage}/acc_mean",))
         self.history.append({"stage": stage, "round": evaluation.round_number, **metrics})
+        accuracies = client_accuracies(evaluation.correct, evaluation.total)
+        if log.outputs.directory is not None:  # rank 0 of a run with a logger
+            append_client_rows(Path(log.outputs.directory) / "client_accuracy.csv", evaluation.round_number, stage,
+                               accuracies, evaluation.total, first_of_stage=stage not in self._client_rows_stages)
+            self._client_rows_stages.add(stage)
         evaluations = sum(1 for row in self.history if row["stage"] == stage)
         if (evaluations - 1) % self.histogram_every == 0:
-            accuracies = client_accuracies(evaluation.correct, evaluation.total)
             log.log_histogram(f"{stage}/client_acc", accuracies[~accuracies.isnan()])
             log.log_figure(f"{stage}/client_acc_figure", accuracy_histogram_figure(accuracies, evaluation.round_number))
 
@@ -99,5 +108,5 @@ class FairnessMetrics(FederatedCallback):
             f.write(fairness_csv({name: row}))
         with open(os.path.join(log_dir, "fairness_history.csv"), "w") as f:
             f.write(",".join(("stage", "round", *FAIRNESS_KEYS)) + "\n")
-            for h in self.history:
-                f.write(",".join([h["stage"], str(h["round"])] + [repr(h[k]) for k in FAIRNESS_KEYS]) + "\n")
+            f.writelines(",".join([h["stage"], str(h["round"]), *(repr(h[k]) for k in FAIRNESS_KEYS)]) + "\n"
+                         for h in self.history)
