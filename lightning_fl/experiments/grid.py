@@ -151,9 +151,10 @@ def run_grid(runs: Mapping[str, str], seeds: Sequence[int], save_dir: Path, jobs
 
 def _figures(runs: Sequence[Run], rows: Sequence[Row], save_dir: Path, num_seeds: int) -> None:
     flat = [(method, seed, r, f"{stage}/{metric}", value) for _run, method, seed, r, stage, metric, value in rows]
-    panels = [(label, seed_bands(flat, metric)) for metric, label in CURVES.items()]
-    band_curves_figure(panels, title=f"Mean over {num_seeds} seeds, band = min..max over seeds").savefig(
-        save_dir / "curves.png", dpi=100)
+    panels = [(label, bands) for metric, label in CURVES.items() if (bands := seed_bands(flat, metric))]
+    if panels:
+        band_curves_figure(panels, title=f"Mean over {num_seeds} seeds, band = min..max over seeds").savefig(
+            save_dir / "curves.png", dpi=100)
     clients = final_client_accuracies(runs, "test")
     if clients:
         client_accuracy_figure(clients, f"Client test accuracy at the final round, {num_seeds} seeds pooled").savefig(

@@ -218,8 +218,8 @@ def run_all(runs: Sequence[Run], jobs: int = 2, launcher: Callable[[Run], float]
         except RuntimeError as err:
             if not keep_going:
                 raise
-            failed[run] = str(err).splitlines()[-1] if str(err) else "failed"
-            print(f"{run.name}: failed ({failed[run]})", flush=True)
+            failed[run] = str(err)
+            print(f"{run.name}: failed, skipped (see {run.log_dir / 'train.log'})", flush=True)
 
     if jobs <= 1:
         for run in todo:
