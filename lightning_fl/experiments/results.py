@@ -28,11 +28,11 @@ __all__ = ["LONG_HEADER", "final_client_accuracies", "history_rows", "read_long_
 LONG_HEADER = ("run", "method", "seed", "round", "stage", "metric", "value")
 #: One long-format row.
 Row = tuple[str, str, int, int, str, str, float]
-#: Markdown columns of the summary (FedFa Table 2 plus the pooled accuracy and Jain's index):
-#: metric -> (header, scale: accuracies in percent, variance already in percent^2).
+#: Markdown columns of the summary, FedFa Table 2's (``summary.csv`` has every metric):
+#: metric -> (header, scale: accuracies in percent, the variance already in percent^2).
 MARKDOWN_COLUMNS: dict[str, tuple[str, float]] = {
     "acc_mean": ("Average (%)", 100.0), "acc_worst20": ("Worst 20% (%)", 100.0), "acc_best20": ("Best 20% (%)", 100.0),
-    "acc_var": ("Variance", 1.0), "acc_pooled": ("Pooled (%)", 100.0), "jain": ("Jain", 1.0),
+    "acc_var": ("Variance", 1.0),
 }
 
 

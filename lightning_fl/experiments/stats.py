@@ -125,11 +125,14 @@ def tail_means(rows: Iterable[tuple[str, int, int, str, float]], last: int) -> d
 
 def seed_bands(rows: Iterable[tuple[str, int, int, str, float]],
                metric: str) -> dict[str, tuple[list[int], list[float], list[float], list[float]]]:
-    """``{method: (rounds, mean, min, max)}`` of ``metric`` across seeds, for a band figure."""
-    table = aggregate(row for row in rows if row[3] == metric)
-    curves: dict[str, tuple[list[int], list[float], list[float], list[float]]] = {}
-    for (method, _metric, round_number), s in table.items():
-        rounds, mean, low, high = curves.setdefault(method, ([], [], [], []))
+    """``{method: (rounds, mean, min, max)}`` of ``metric`` across seeds, for a band figure.
+
+    Methods keep their order of first appearance in ``rows`` (the legend's order).
+    """
+    rows = [row for row in rows if row[3] == metric]
+    curves: dict[str, tuple[list[int], list[float], list[float], list[float]]] = {row[0]: ([], [], [], []) for row in rows}
+    for (method, _metric, round_number), s in aggregate(rows).items():
+        rounds, mean, low, high = curves[method]
         rounds.append(round_number)
         mean.append(s.mean)
         low.append(s.min)

@@ -12,7 +12,7 @@ from lightning_fl.experiments.results import (
     summary_csv,
     summary_markdown,
 )
-from lightning_fl.experiments.stats import stats, t_quantile_975
+from lightning_fl.experiments.stats import seed_bands, stats, t_quantile_975
 
 # Two-sided 95% quantiles t_{0.975, df} from a printed Student t table (3 decimals).
 TEXTBOOK = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 10: 2.228, 20: 2.086, 29: 2.045, 30: 2.042,
@@ -86,3 +86,13 @@ def test_summary_of_a_hand_written_long_csv(tmp_path):
         "| A | 3 | 10 | 70.00 ± 10.00 [45.16, 94.84] | 200.00 ± 100.00 [-48.42, 448.42] |",
         "| B | 2 | 10 | 60.00 ± 14.14 [-67.06, 187.06] | n/a |",
     ]
+
+
+def test_seed_bands_give_mean_and_range_per_round_in_the_methods_order():
+    rows = [("B", 0, 1, "acc", 0.2), ("B", 1, 1, "acc", 0.4), ("A", 0, 1, "acc", 0.5), ("A", 0, 1, "loss", 9.0),
+            ("B", 0, 2, "acc", 0.6), ("B", 1, 2, "acc", 1.0)]
+    bands = seed_bands(rows, "acc")
+    assert list(bands) == ["B", "A"]  # as the runs were given, not sorted
+    rounds, mean, low, high = bands["B"]
+    assert rounds == [1, 2] and mean == pytest.approx([0.3, 0.8]) and low == [0.2, 0.6] and high == [0.4, 1.0]
+    assert bands["A"] == ([1], [0.5], [0.5], [0.5])
