@@ -9,6 +9,8 @@ ROUNDS ?=
 LOGS ?= lightning_logs
 SEEDS ?= 3
 FRACTION ?= 0.9
+JOBS ?=
+TUNE ?=
 
 .PHONY: train test tensorboard compare tempo stragglers bench data clean-venv
 
@@ -30,15 +32,22 @@ test: $(STAMP)
 tensorboard: $(STAMP)
 	$(VENV)/bin/tensorboard --logdir $(LOGS)
 
-## compare: FedAvg, FedProx, q-FFL, FedFa-mo and FedFa on one dataset and seed (DATA=synthetic_0_0|..|digits)
+## compare: FedAvg, FedProx, q-FFL, FedFa-mo and FedFa on one dataset (DATA=synthetic_0_0|..|digits) over SEEDS seeds
+## (a count, default 3, or a list 0,1,2): mean ± std and 95% t intervals per method, curves, client accuracies, wall
+## times in $(LOGS)/compare_$(DATA); ROUNDS=... overrides the rounds, JOBS=... the runs at a time (default: one per
+## core), TUNE=1 first selects every method's hyperparameters on the validation splits (docs/experiments.md;
+## output in $(LOGS)/compare_$(DATA)_tuned). Finished runs are kept.
 compare: $(STAMP)
-	$(PY) -m lightning_fl.compare --save-dir $(LOGS)/compare_$(DATA) --data $(DATA) $(if $(ROUNDS),--rounds $(ROUNDS)) \
+	$(PY) -m lightning_fl.compare --save-dir $(LOGS)/compare_$(DATA)$(if $(TUNE),_tuned) --data $(DATA) --seeds $(SEEDS) \
+		$(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(TUNE),--tune) \
 		FedAvg=configs/fedavg_synthetic.yaml FedProx=configs/fedprox_synthetic.yaml \
 		q-FFL=configs/qffl_synthetic.yaml FedFa-mo=configs/fedfa_mo_synthetic.yaml FedFa=configs/fedfa_synthetic.yaml
 
-## tempo: Tempo against FedAdp with fixed 4, 6, 8 local epochs (three-layer, rounds and time to target)
+## tempo: Tempo against FedAdp with fixed 4, 6, 8 local epochs (three-layer; rounds and time to target) over SEEDS
+## seeds, in $(LOGS)/tempo; ROUNDS, JOBS and TUNE=1 as for compare
 tempo: $(STAMP)
-	$(PY) -m lightning_fl.compare --save-dir $(LOGS)/tempo $(if $(ROUNDS),--rounds $(ROUNDS)) \
+	$(PY) -m lightning_fl.compare --save-dir $(LOGS)/tempo$(if $(TUNE),_tuned) --seeds $(SEEDS) \
+		$(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(TUNE),--tune) \
 		Tempo=configs/tempo_synthetic.yaml FedAdp-E4=configs/fedadp_e4_hierarchy_synthetic.yaml \
 		FedAdp-E6=configs/fedadp_e6_hierarchy_synthetic.yaml FedAdp-E8=configs/fedadp_e8_hierarchy_synthetic.yaml
 
@@ -47,7 +56,7 @@ tempo: $(STAMP)
 ## round as a table and a figure in $(LOGS)/stragglers/FRACTION (finished runs are kept; about 5 minutes)
 stragglers: $(STAMP)
 	$(PY) -m lightning_fl.stragglers --save-dir $(LOGS)/stragglers/$(FRACTION) --seeds $(SEEDS) --fraction $(FRACTION) \
-		$(if $(ROUNDS),--rounds $(ROUNDS))
+		$(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(JOBS),--jobs $(JOBS))
 
 ## bench: engine benchmark (naive Trainer-per-client, sequential, vectorized, centralized bound) and scaling over
 ## processes (W = 1 vs 2, speed-up, exchange, peak memory per rank); see docs/performance.md

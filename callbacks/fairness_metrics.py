@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
@@ -19,6 +20,7 @@ from lightning_fl.functional.fairness import (
     last_rounds_count,
     mean_over_last_rounds,
 )
+from lightning_fl.reporting.client_accuracy import append_client_rows
 from lightning_fl.reporting.figures import accuracy_histogram_figure
 from lightning_fl.reporting.tables import (
     LAST_ROUNDS_COLUMNS,
@@ -45,7 +47,9 @@ class FairnessMetrics(FederatedCallback):
     Variance) of the last evaluation on the **client test splits**, labelled with its round, and
     saves it as ``fairness_summary.md`` and ``.csv`` (``fairness_summary_test.*`` after ``test``) in
     the log directory, with ``fairness_history.csv`` holding every evaluation of both splits (one row
-    per stage and round).
+    per stage and round). Every evaluation also appends each client's accuracy and sample count to
+    ``client_accuracy.csv`` in the run directory (``round,stage,client,accuracy,samples``; rank 0,
+    any logger), the distribution behind the summary metrics.
 
     IGFL's paper metric, the test accuracy averaged over the last 10% of rounds, closes ``fit``: the
     mean of ``test/acc_mean`` (and of ``test/acc_pooled``) over the evaluations of the last
@@ -69,6 +73,7 @@ class FairnessMetrics(FederatedCallback):
         self.method_name = method_name
         self.add_server_state("history", [])  # every evaluation: stage, round and the metrics
         self._aggregation = "FairnessMetrics"
+        self._client_rows_stages: set[str] = set()  # stages this process has written client rows for
 
     @override
     def on_federation_setup(self, federation: Federation) -> None:
@@ -82,9 +87,13 @@ class FairnessMetrics(FederatedCallback):
         stage = evaluation.stage
         log.log_scalars({f"{stage}/{k}": v for k, v in metrics.items()}, prog_bar=(f"{stage}/acc_mean",))
         self.history.append({"stage": stage, "round": evaluation.round_number, **metrics})
+        accuracies = client_accuracies(evaluation.correct, evaluation.total)
+        if log.outputs.directory is not None:  # rank 0 of a run with a logger
+            append_client_rows(Path(log.outputs.directory) / "client_accuracy.csv", evaluation.round_number, stage,
+                               accuracies, evaluation.total, first_of_stage=stage not in self._client_rows_stages)
+            self._client_rows_stages.add(stage)
         evaluations = sum(1 for row in self.history if row["stage"] == stage)
         if (evaluations - 1) % self.histogram_every == 0:
-            accuracies = client_accuracies(evaluation.correct, evaluation.total)
             log.log_histogram(f"{stage}/client_acc", accuracies[~accuracies.isnan()])
             log.log_figure(f"{stage}/client_acc_figure", accuracy_histogram_figure(accuracies, evaluation.round_number))
 
@@ -141,5 +150,5 @@ class FairnessMetrics(FederatedCallback):
                 f.write(fairness_csv({name: {**row, **last_rounds[0]}}, LAST_ROUNDS_COLUMNS))
         with open(os.path.join(log_dir, "fairness_history.csv"), "w") as f:
             f.write(",".join(("stage", "round", *FAIRNESS_KEYS)) + "\n")
-            for h in self.history:
-                f.write(",".join([h["stage"], str(h["round"])] + [repr(h[k]) for k in FAIRNESS_KEYS]) + "\n")
+            f.writelines(",".join([h["stage"], str(h["round"]), *(repr(h[k]) for k in FAIRNESS_KEYS)]) + "\n"
+                         for h in self.history)

@@ -1,28 +1,34 @@
-"""Run several configs on the same data and seed and print one comparison table.
+"""Run several configs over several seeds and report mean, spread and 95% intervals per method.
 
-``make compare`` (FedFa Table 2/3 layout: Average, Worst 20%, Best 20%, Variance per method) and
-``make tempo`` (rounds and estimated deployment time to a target accuracy, Tempo Table 1) both use
-this. Every run logs to ``<save_dir>/<method>`` so ``tensorboard --logdir <save_dir>`` overlays the
-curves.
+``make compare`` (FedFa Table 2 layout: Average, Worst 20%, Best 20%, Variance per method) and
+``make tempo`` (also rounds and estimated deployment time to a target accuracy, Tempo Table 1) both
+use this command line to :func:`lightning_fl.experiments.run_grid`. Every run logs to
+``<save_dir>/<method>/seed_<s>`` so ``tensorboard --logdir <save_dir>`` overlays the curves and lists
+every run in the HParams tab. Finished runs are kept; an interrupted one resumes from its last
+checkpoint. ``--tune`` first selects each method's hyperparameters on the validation splits
+(docs/experiments.md, "Fair baselines").
 
 Example::
 
-    python -m lightning_fl.compare --save-dir lightning_logs/compare_synthetic_1_1 \\
-        --data synthetic_1_1 fedavg=configs/fedavg_synthetic.yaml fedfa=configs/fedfa_synthetic.yaml
+    python -m lightning_fl.compare --save-dir lightning_logs/compare_synthetic_1_1 --data synthetic_1_1 \\
+        --seeds 3 fedavg=configs/fedavg_synthetic.yaml fedfa=configs/fedfa_synthetic.yaml
+
+Everything after ``--`` is passed to every run (e.g. ``-- --data.init_args.num_clients 10``).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from lightning_fl.reporting.tables import fairness_table
+from lightning_fl.experiments import GridResult, Run, parse_seeds, run_grid
+from lightning_fl.experiments.runs import launch
+from lightning_fl.experiments.tuning import TUNE_METRICS
+from lightning_fl.validation import ConfigError
 
-# Command-line overrides that switch every config to one dataset (same seed, same partition).
+# Command-line overrides that switch every config to one dataset (same partition for every method).
 DATASETS: dict[str, list[str]] = {
     **{f"synthetic_{v}": ["--data", "lightning_fl.datamodules.SyntheticDataModule", "--data.variant", v,
                           "--model.client.init_args.in_features", "60"]
@@ -33,73 +39,48 @@ DATASETS: dict[str, list[str]] = {
 }
 
 
-def run_one(name: str, config: str, save_dir: Path, extra: list[str]) -> Path:
-    """Train ``config`` as run ``name``; returns its log directory."""
-    run_root = save_dir / name
-    existing = set(run_root.glob("version_*")) if run_root.exists() else set()
-    command = [sys.executable, "-m", "lightning_fl", "fit", "--config", config,
-               "--trainer.logger.init_args.save_dir", str(save_dir), "--trainer.logger.init_args.name", name, *extra]
-    print(f"\n=== {name}: {' '.join(command[2:])}", flush=True)
-    subprocess.run(command, check=True)
-    created = sorted(set(run_root.glob("version_*")) - existing, key=lambda p: int(p.name.split("_")[1]))
-    return created[-1]
+def parser() -> argparse.ArgumentParser:
+    """The command line (``--help`` lists it)."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                epilog="Outputs and options: docs/experiments.md. Arguments after -- go to every run.")
+    p.add_argument("runs", nargs="+", help="name=config.yaml pairs")
+    p.add_argument("--save-dir", required=True, type=Path)
+    p.add_argument("--data", choices=sorted(DATASETS), help="switch every run to this dataset")
+    p.add_argument("--rounds", type=int, help="override trainer.max_epochs")
+    p.add_argument("--seeds", default="3", help="a count (3: seeds 0, 1, 2) or a list (0,4,7); default 3")
+    p.add_argument("--same-data", action="store_true",
+                   help="keep the config's data.init_args.seed for every seed (default: data seed = seed)")
+    p.add_argument("--jobs", type=int, help="training processes at a time (default: one per CPU core)")
+    p.add_argument("--tune", action="store_true",
+                   help="first select each method's hyperparameters on the validation splits (grids: docs/experiments.md)")
+    p.add_argument("--tune-seed", type=int, help="seed of the selection runs (default: the largest seed + 1)")
+    p.add_argument("--tune-metric", default="val/acc_mean", help=f"one of {', '.join(TUNE_METRICS)}")
+    return p
 
 
-def read_summary(log_dir: Path) -> dict[str, float]:
-    """The final fairness metrics of a run (``fairness_history.csv``'s last row of the client test splits)."""
-    with open(log_dir / "fairness_history.csv") as f:
-        rows = [row for row in csv.DictReader(f) if row["stage"] == "test"]
-    return {key: float(value) for key, value in rows[-1].items() if key != "stage"}
-
-
-def read_target(log_dir: Path) -> dict | None:
-    path = log_dir / "rounds_to_target.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def target_table(results: dict[str, dict | None]) -> str:
-    """Markdown table of rounds, wall time and estimated deployment time to the target."""
-    lines = ["| Method | Target | Rounds to target | Wall time (s) | Estimated deployment time (s) |",
-             "| :--- | ---: | ---: | ---: | ---: |"]
-    for name, result in results.items():
-        if result is None:
-            continue
-        target = f"{result['monitor']} {'>=' if result['mode'] == 'max' else '<='} {result['target']}"
-        if result["round"] is None:
-            lines.append(f"| {name} | {target} | not reached | not reached | not reached |")
-            continue
-        estimated = result.get("estimated_seconds")
-        lines.append(f"| {name} | {target} | {result['round']} | {result['seconds']:.1f} |"
-                     f" {'n/a' if estimated is None else f'{estimated:.1f}'} |")
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", help="name=config.yaml pairs")
-    parser.add_argument("--save-dir", required=True, type=Path)
-    parser.add_argument("--data", choices=sorted(DATASETS), help="switch every run to this dataset")
-    parser.add_argument("--rounds", type=int, help="override trainer.max_epochs")
-    args = parser.parse_args(argv)
-    extra = list(DATASETS[args.data]) if args.data else []
-    if args.rounds:
-        extra += ["--trainer.max_epochs", str(args.rounds)]
-    metrics, targets = {}, {}
-    for pair in args.runs:
-        name, _, config = pair.partition("=")
-        if not config:
-            parser.error(f"runs must be name=config.yaml pairs; got {pair!r}")
-        log_dir = run_one(name, config, args.save_dir, extra)
-        metrics[name] = read_summary(log_dir)
-        targets[name] = read_target(log_dir)
-    rounds = {int(m["round"]) for m in metrics.values()}
-    report = (f"Global model after {', '.join(map(str, sorted(rounds)))} rounds"
-              f"{' on ' + args.data if args.data else ''}; client test splits.\n\n{fairness_table(metrics)}")
-    if any(targets.values()):
-        report += "\n" + target_table(targets)
-    args.save_dir.mkdir(parents=True, exist_ok=True)
-    (args.save_dir / "comparison.md").write_text(report)
-    print("\n" + report + f"\nSaved to {args.save_dir / 'comparison.md'}; curves: tensorboard --logdir {args.save_dir}")
+def main(argv: list[str] | None = None, launcher: Callable[[Run], float] = launch) -> GridResult:
+    """Command line: see the module docstring; ``launcher`` trains one run (tests train in-process)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    try:
+        runs = {}
+        for pair in args.runs:
+            name, _, config = pair.partition("=")
+            if not name or not config:
+                raise ConfigError(f"runs must be name=config.yaml pairs; got {pair!r}")
+            runs[name] = config
+        if args.rounds is not None and args.rounds < 1:
+            raise ConfigError(f"--rounds must be an integer >= 1; got {args.rounds}")
+        overrides = [*(DATASETS[args.data] if args.data else []),
+                     *(["--trainer.max_epochs", str(args.rounds)] if args.rounds else []), *extra]
+        title = f"Dataset: {args.data}." if args.data else ""
+        return run_grid(runs, parse_seeds(args.seeds), args.save_dir, args.jobs, overrides, tune=args.tune,
+                        tune_seed=args.tune_seed, tune_metric=args.tune_metric, vary_data_seed=not args.same_data,
+                        title=title, launcher=launcher)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,13 @@
 
 Runs every ``name=config.yaml`` method once per seed (``seed_everything``: cohort sampling, model
 initialisation, batch order and the straggler draws; the data partition seed stays the config's),
-at most ``--jobs`` processes at a time, each logging to ``<save_dir>/<method>/seed_<s>/``. A run
-that finished with the same command is not redone. Then it reads every run's per-round curves from
-its TensorBoard events, writes them as one long CSV (``results.csv``: method, seed, round, metric,
-value), prints a table of mean +- standard deviation across seeds (``results.md``) and saves the
-curves as a figure (``curves.png``: mean over seeds, band = min..max over seeds).
+at most ``--jobs`` processes at a time, each logging to ``<save_dir>/<method>/seed_<s>/``, with the
+experiment runner's runs (:mod:`lightning_fl.experiments.runs`): a run that finished with the same
+command is not redone, an interrupted one resumes from its last checkpoint. Then it reads every run's
+per-round curves from its TensorBoard events, writes them as one long CSV (``results.csv``: method,
+seed, round, metric, value), prints a table of mean +- standard deviation across seeds
+(``results.md``) and saves the curves as a figure (``curves.png``: mean over seeds, band = min..max
+over seeds).
 
 Example::
 
@@ -19,20 +21,30 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
-import shutil
-import subprocess
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
+from lightning_fl.experiments.runs import (
+    Run,
+    is_finished,
+    launch,
+    parse_seeds,
+    plan_runs,
+    run_all,
+)
+from lightning_fl.experiments.stats import (
+    Stats,
+    aggregate,
+    seed_bands,
+    stats,
+    tail_means,
+)
 from lightning_fl.reporting.figures import band_curves_figure
+
+__all__ = ["METRICS", "Run", "Stats", "aggregate", "collect", "curves_figure", "is_finished", "launch", "main",
+           "markdown_table", "parse_seeds", "plan_runs", "run_all", "stats", "tail_means", "write_long_csv"]
 
 #: Metric name in the results -> TensorBoard tag of the run.
 METRICS: dict[str, str] = {
@@ -45,107 +57,6 @@ METRICS: dict[str, str] = {
 DEFAULT_METHODS = ("FedAvg-drop=configs/stragglers/fedavg_drop.yaml",
                    "FedProx-mu1-partial=configs/stragglers/fedprox_partial.yaml",
                    "FedProx-mu0-partial=configs/stragglers/fedprox_mu0_partial.yaml")
-FINISHED = "finished.json"
-
-
-@dataclass(frozen=True)
-class Run:
-    """One training run: a method (config) with one seed, logging to ``log_dir``."""
-
-    method: str
-    seed: int
-    log_dir: Path
-    command: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Stats:
-    """Mean, sample standard deviation (0 for one value), min, max and count of values across seeds."""
-
-    mean: float
-    std: float
-    min: float
-    max: float
-    n: int
-
-
-def parse_seeds(text: str) -> list[int]:
-    """``"3"`` -> ``[0, 1, 2]`` (a count); ``"0,4,7"`` -> ``[0, 4, 7]`` (a list: has a comma)."""
-    if "," in text:
-        return [int(s) for s in text.split(",") if s.strip()]
-    return list(range(int(text)))
-
-
-def plan_runs(methods: Mapping[str, str], seeds: Iterable[int], save_dir: Path, overrides: Sequence[str] = ()) -> list[Run]:
-    """One :class:`Run` per method and seed, seed by seed (so early results cover every method)."""
-    runs = []
-    for seed in seeds:
-        for method, config in methods.items():
-            command = ("-m", "lightning_fl", "fit", "--config", config, "--seed_everything", str(seed),
-                       "--trainer.logger.init_args.save_dir", str(save_dir), "--trainer.logger.init_args.name", method,
-                       "--trainer.logger.init_args.version", f"seed_{seed}", "--trainer.enable_progress_bar", "false",
-                       *overrides)
-            runs.append(Run(method, seed, save_dir / method / f"seed_{seed}", command))
-    return runs
-
-
-def is_finished(run: Run) -> bool:
-    """Whether ``run.log_dir`` holds a run that finished with exactly ``run.command``.
-
-    The command names the config file, not its contents: after editing a config, delete the runs.
-    """
-    marker = run.log_dir / FINISHED
-    return marker.exists() and json.loads(marker.read_text())["command"] == list(run.command)
-
-
-def train_in_subprocess(run: Run) -> int:
-    """Train ``run`` in a fresh Python process, output to ``<log_dir>/train.log``; returns its exit code."""
-    with open(run.log_dir / "train.log", "w") as log:
-        return subprocess.run([sys.executable, *run.command], stdout=log, stderr=subprocess.STDOUT).returncode
-
-
-def launch(run: Run, train: Callable[[Run], int] = train_in_subprocess) -> float:
-    """Train ``run`` from scratch with ``train`` and mark it finished; returns the seconds it took.
-
-    Raises:
-        RuntimeError: If training exits non-zero (with the end of ``train.log`` when there is one).
-    """
-    shutil.rmtree(run.log_dir, ignore_errors=True)  # an unfinished or outdated attempt
-    run.log_dir.mkdir(parents=True)
-    started = time.perf_counter()
-    code = train(run)
-    seconds = time.perf_counter() - started
-    if code != 0:
-        log = run.log_dir / "train.log"
-        tail = log.read_text().splitlines()[-15:] if log.exists() else []
-        raise RuntimeError("\n".join([f"{run.method} seed {run.seed} failed (exit {code}):", *tail]))
-    (run.log_dir / FINISHED).write_text(json.dumps({"command": list(run.command), "seconds": seconds}))
-    return seconds
-
-
-def run_all(runs: Sequence[Run], jobs: int = 2, launcher: Callable[[Run], float] = launch) -> None:
-    """Run every unfinished run, ``jobs`` at a time (``1``: one after another in this thread)."""
-    todo = [run for run in runs if not is_finished(run)]
-    for run in runs:
-        if run not in todo:
-            print(f"{run.method} seed {run.seed}: finished before, kept ({run.log_dir})", flush=True)
-
-    def one(run: Run) -> None:
-        print(f"{run.method} seed {run.seed}: running, log in {run.log_dir}", flush=True)
-        print(f"{run.method} seed {run.seed}: done in {launcher(run):.1f} s", flush=True)
-
-    if jobs <= 1:
-        for run in todo:
-            one(run)
-        return
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(one, run) for run in todo]
-        try:
-            for future in futures:
-                future.result()
-        except BaseException:
-            pool.shutdown(cancel_futures=True)  # the runs already started finish; no new ones start
-            raise
 
 
 def read_scalars(log_dir: Path, tags: Iterable[str]) -> dict[str, dict[int, float]]:
@@ -176,32 +87,6 @@ def write_long_csv(rows: Iterable[tuple[str, int, int, str, float]], path: Path)
         writer.writerows((m, s, r, k, repr(v)) for m, s, r, k, v in rows)
 
 
-def stats(values: Sequence[float]) -> Stats:
-    """:class:`Stats` of ``values`` (sample standard deviation, ``ddof = 1``)."""
-    arr = np.asarray(values, dtype=np.float64)
-    std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
-    return Stats(float(arr.mean()), std, float(arr.min()), float(arr.max()), int(arr.size))
-
-
-def aggregate(rows: Iterable[tuple[str, int, int, str, float]]) -> dict[tuple[str, str, int], Stats]:
-    """``{(method, metric, round): Stats across seeds}``."""
-    groups: dict[tuple[str, str, int], list[float]] = defaultdict(list)
-    for method, _seed, round_number, metric, value in rows:
-        groups[(method, metric, round_number)].append(value)
-    return {key: stats(values) for key, values in sorted(groups.items())}
-
-
-def tail_means(rows: Iterable[tuple[str, int, int, str, float]], last: int) -> dict[tuple[str, str], Stats]:
-    """``{(method, metric): Stats across seeds}`` of each seed's mean over its ``last`` rounds."""
-    curves: dict[tuple[str, str, int], dict[int, float]] = defaultdict(dict)
-    for method, seed, round_number, metric, value in rows:
-        curves[(method, metric, seed)][round_number] = value
-    per_seed: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for (method, metric, _seed), curve in sorted(curves.items()):
-        per_seed[(method, metric)].append(float(np.mean([curve[r] for r in sorted(curve)[-last:]])))
-    return {key: stats(values) for key, values in per_seed.items()}
-
-
 def markdown_table(rows: Sequence[tuple[str, int, int, str, float]], metric: str, rounds: Sequence[int],
                    last: int = 10, digits: int = 3) -> str:
     """Methods x rounds table of ``mean ± std`` across seeds for ``metric``, plus the last-rounds mean."""
@@ -218,17 +103,7 @@ def markdown_table(rows: Sequence[tuple[str, int, int, str, float]], metric: str
 
 def curves_figure(rows: Sequence[tuple[str, int, int, str, float]], panels: Mapping[str, str], title: str):
     """Figure with one panel per ``{metric: y label}``: mean over seeds, band = min..max over seeds."""
-    table = aggregate(rows)
-    methods = list(dict.fromkeys(m for m, *_ in rows))
-    content = []
-    for metric, ylabel in panels.items():
-        curves = {}
-        for method in methods:
-            points = sorted((r, s) for (m, k, r), s in table.items() if m == method and k == metric)
-            curves[method] = ([r for r, _ in points], [s.mean for _, s in points],
-                              [s.min for _, s in points], [s.max for _, s in points])
-        content.append((ylabel, curves))
-    return band_curves_figure(content, title=title)
+    return band_curves_figure([(ylabel, seed_bands(rows, metric)) for metric, ylabel in panels.items()], title=title)
 
 
 def main(argv: list[str] | None = None, launcher: Callable[[Run], float] = launch) -> None:
