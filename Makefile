@@ -11,8 +11,10 @@ SEEDS ?= 3
 FRACTION ?= 0.9
 JOBS ?=
 TUNE ?=
+PAPER ?= fedfa
+SCALE ?= small
 
-.PHONY: train test tensorboard compare tempo stragglers bench data clean-venv
+.PHONY: train test tensorboard compare tempo stragglers bench data clean-venv reproduce
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +52,14 @@ tempo: $(STAMP)
 		$(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(TUNE),--tune) \
 		Tempo=configs/tempo_synthetic.yaml FedAdp-E4=configs/fedadp_e4_hierarchy_synthetic.yaml \
 		FedAdp-E6=configs/fedadp_e6_hierarchy_synthetic.yaml FedAdp-E8=configs/fedadp_e8_hierarchy_synthetic.yaml
+
+## reproduce: a seed paper's headline experiment (PAPER=fedfa|igfl|dwfed|tempo) over SEEDS seeds at SCALE=small
+## (minutes on a laptop CPU) or paper (the paper's setting): the paper's numbers beside ours and a verdict per claim
+## in docs/reproduction/$(PAPER).md; runs in $(LOGS)/reproduce/$(PAPER)_$(SCALE) (finished runs are kept); JOBS and
+## TUNE=1 as for compare (docs/experiments.md, "Reproducing the papers")
+reproduce: $(STAMP)
+	$(PY) -m lightning_fl.reproduce --paper $(PAPER) --seeds $(SEEDS) --scale $(SCALE) \
+		--save-dir $(LOGS)/reproduce/$(PAPER)_$(SCALE)$(if $(TUNE),_tuned) $(if $(JOBS),--jobs $(JOBS)) $(if $(TUNE),--tune)
 
 ## stragglers: FedProx Fig. 1 on Synthetic(1,1): FedAvg dropping FRACTION (default 0.9) stragglers vs FedProx mu=1
 ## and mu=0 keeping their partial work, over SEEDS seeds (a count, default 3, or a list 0,1,2); mean and spread per

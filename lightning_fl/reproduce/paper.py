@@ -1,0 +1,92 @@
+"""What a reproduction needs to know about a paper, and the results of one setting's runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lightning_fl.experiments.results import Row
+from lightning_fl.experiments.runs import Run
+from lightning_fl.reproduce.claims import Claim
+from lightning_fl.reproduce.settings import Setting
+
+__all__ = ["SCALES", "Metric", "Paper", "SettingResults"]
+
+#: ``small``: minutes on a laptop CPU, the same experiment scaled down; ``paper``: the paper's setting.
+SCALES = ("small", "paper", "smoke")
+
+
+@dataclass(frozen=True)
+class SettingResults:
+    """The runs of one setting over the seeds, with accessors for a metric's value per run."""
+
+    setting: Setting
+    seeds: Sequence[int]
+    rows: Sequence[Row]
+    runs: Sequence[Run]
+
+    def _rows(self, method: str, seed: int, metric: str, stage: str) -> list[tuple[int, float]]:
+        return sorted((r[3], r[6]) for r in self.rows if r[1] == method and r[2] == seed and r[4] == stage
+                      and r[5] == metric)
+
+    def final(self, method: str, seed: int, metric: str, stage: str = "test") -> float:
+        """``metric`` at the run's last evaluation of ``stage``."""
+        series = self._rows(method, seed, metric, stage)
+        if not series:
+            raise KeyError(f"no {stage} evaluation of {metric} for {method}, seed {seed}")
+        return series[-1][1]
+
+    def series(self, method: str, seed: int, metric: str, stage: str = "test") -> tuple[list[int], list[float]]:
+        """Rounds and values of ``metric`` at every evaluation of ``stage``."""
+        pairs = self._rows(method, seed, metric, stage)
+        return [r for r, _ in pairs], [v for _, v in pairs]
+
+    def log_dir(self, method: str, seed: int) -> Path:
+        """The run's log folder."""
+        [run] = [r for r in self.runs if r.method == method and r.seed == seed]
+        return run.log_dir
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One number per run that a paper reports.
+
+    Attributes:
+        label: Column header in the report.
+        value: ``value(results, method, seed)`` in the units shown.
+        digits: Decimals shown.
+        higher_is_better: Direction (for the report's bold best value).
+    """
+
+    label: str
+    value: Callable[[SettingResults, str, int], float]
+    digits: int = 2
+    higher_is_better: bool = True
+
+
+@dataclass(frozen=True)
+class Paper:
+    """A paper's headline experiment as a reproduction.
+
+    Attributes:
+        key: ``PAPER=`` value (``fedfa``).
+        title: The paper, as cited in the report.
+        experiment: One paragraph: what the paper's experiment is and what runs here instead.
+        settings: ``settings(scale)``: the settings to run at a scale.
+        metrics: Metric key -> :class:`Metric` (claims name these keys).
+        claims: The claims judged.
+        paper_values: ``{(setting, method, metric): number}`` as printed in the paper (report only).
+        scaled_down: ``scaled_down(scale)``: what differs from the paper at a scale, one line each.
+        methods_note: Where the methods' settings come from (the paper's, or tuned).
+    """
+
+    key: str
+    title: str
+    experiment: str
+    settings: Callable[[str], list[Setting]]
+    metrics: Mapping[str, Metric]
+    claims: Sequence[Claim]
+    paper_values: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
+    scaled_down: Callable[[str], list[str]] = lambda scale: []
+    methods_note: str = ""

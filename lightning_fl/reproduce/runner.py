@@ -1,0 +1,83 @@
+"""Run a paper's reproduction: every setting's methods over the seeds, then the report.
+
+``make reproduce PAPER=fedfa SEEDS=3 SCALE=small`` (docs/experiments.md, "Reproducing the papers").
+Each setting is one call of the experiment runner (:func:`~lightning_fl.experiments.grid.run_grid`):
+its runs are resumable, so an interrupted reproduction picks up where it stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from lightning_fl.experiments.grid import run_grid
+from lightning_fl.experiments.runs import Run, launch
+from lightning_fl.reproduce.claims import Verdict, judge
+from lightning_fl.reproduce.paper import Paper, SettingResults
+from lightning_fl.reproduce.report import render_report, setting_table
+from lightning_fl.reproduce.settings import derive_config
+
+__all__ = ["reproduce"]
+
+
+def _run_setting(paper: Paper, setting, seeds: Sequence[int], save_dir: Path, jobs: int | None, tune: bool,
+                 launcher: Callable[[Run], float]) -> SettingResults:
+    folder = save_dir / setting.folder
+    configs = {}
+    for method, base in setting.methods.items():
+        changes = {**setting.common, **setting.changes.get(method, {})}
+        configs[method] = str(derive_config(base, changes, folder / "configs" / f"{method}.yaml"))
+    grid = run_grid(configs, seeds, folder, jobs, tune=tune, title=f"{paper.title}: {setting.name}", launcher=launcher)
+    return SettingResults(setting, list(seeds), grid.rows, grid.runs)
+
+
+def reproduce(paper: Paper, scale: str, seeds: Sequence[int], save_dir: Path, docs_dir: Path | None,
+              jobs: int | None = None, tune: bool = False, command: str = "",
+              launcher: Callable[[Run], float] = launch) -> tuple[str, list[Verdict]]:
+    """Run ``paper``'s settings at ``scale`` over ``seeds`` and write the report.
+
+    Args:
+        paper: The paper.
+        scale: ``small``, ``paper`` or ``smoke`` (seconds; checks the pipeline, not the paper).
+        seeds: Seeds of every run.
+        save_dir: Runs and the report go to ``<save_dir>/<setting>/`` and ``<save_dir>/report.md``.
+        docs_dir: Also write the report to ``<docs_dir>/<paper>.md`` (``None``: don't).
+        jobs: Training processes at a time (default: one per core).
+        tune: Select the baselines' hyperparameters on the validation splits first.
+        command: The command line shown in the report.
+        launcher: Trains one run (tests may fake it).
+
+    Returns:
+        ``(report markdown, verdicts)``.
+    """
+    started = time.perf_counter()
+    sections, verdicts = [], []
+    for setting in paper.settings(scale):
+        results = _run_setting(paper, setting, seeds, save_dir, jobs, tune, launcher)
+        values = {(method, key): [metric.value(results, method, seed) for seed in seeds]
+                  for method in setting.methods for key, metric in paper.metrics.items()
+                  if _defined(metric, results, method, seeds[0])}
+        sections.append((results, setting_table(paper, results, values)))
+        for claim in (c for c in paper.claims if c.setting == setting.name and {c.ours, c.baseline} <= set(setting.methods)):
+            verdicts.append(judge(claim, values[(claim.ours, claim.metric)], values[(claim.baseline, claim.metric)]))
+    minutes = (time.perf_counter() - started) / 60
+    files = (f"Runs, configs and per-setting `comparison.md`, `evaluations.csv`, `curves.png`,"
+             f" `client_accuracy.png`: `{save_dir}/<setting>/`; TensorBoard: `tensorboard --logdir {save_dir}`.")
+    report = render_report(paper, scale, seeds, sections, verdicts, command or f"make reproduce PAPER={paper.key}",
+                           minutes, files)
+    save_dir.mkdir(parents=True, exist_ok=True)
+    (save_dir / "report.md").write_text(report)
+    if docs_dir is not None:
+        docs_dir.mkdir(parents=True, exist_ok=True)
+        (docs_dir / f"{paper.key}.md").write_text(report)
+    return report, verdicts
+
+
+def _defined(metric, results: SettingResults, method: str, seed: int) -> bool:
+    """Whether ``metric`` applies to ``method`` (e.g. an accuracy reduction only to the non-IID runs)."""
+    try:
+        metric.value(results, method, seed)
+    except KeyError:
+        return False
+    return True

@@ -1,0 +1,97 @@
+"""Experiment settings of a reproduction: methods, their configs and the changes a scale makes.
+
+A :class:`Setting` is one experiment of a paper (a dataset or partition) with its methods; each
+method is a shipped config plus dotted changes (``trainer.max_epochs``, ``data.init_args.variant``,
+``model.optimizer.init_args.lr``, or ``callbacks.<Class>.<arg>`` for an init argument of the callback
+of that class). :func:`derive_config` writes the changed config into the reproduction's folder, so
+every run is a plain config a user can rerun with ``python -m lightning_fl fit --config``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lightning_fl.validation import ConfigError
+
+__all__ = ["Setting", "apply_changes", "derive_config"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One experiment of a paper.
+
+    Attributes:
+        name: Shown in the report (``"Synthetic(1,1)"``); also the folder of its runs.
+        methods: ``{method name: base config}`` in the report's order.
+        common: Dotted changes for every method (the scale's rounds, the dataset, ...).
+        changes: ``{method name: dotted changes}`` on top of ``common``.
+    """
+
+    name: str
+    methods: Mapping[str, str]
+    common: Mapping[str, Any] = field(default_factory=dict)
+    changes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def folder(self) -> str:
+        """``name`` as a folder name (``Synthetic(1,1)`` -> ``synthetic_1_1``)."""
+        kept = "".join(c if c.isalnum() or c == "." else "_" for c in self.name.lower())
+        return "_".join(part for part in kept.split("_") if part)
+
+
+def apply_changes(config: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``config`` with the dotted ``changes`` applied.
+
+    ``callbacks.<Class>.<arg>`` sets an init argument of the callback whose class path ends in
+    ``.<Class>``; ``callbacks.<Class>`` set to ``None`` removes that callback; any other key is a path
+    of mapping keys (created where missing).
+
+    Raises:
+        ConfigError: If ``callbacks.<Class>`` names no callback of the config.
+
+    Example:
+        >>> base = {"trainer": {"callbacks": [{"class_path": "lightning_fl.callbacks.FedFa"}]}}
+        >>> apply_changes(base, {"callbacks.FedFa.alpha": 1.0, "trainer.max_epochs": 5})["trainer"]
+        {'callbacks': [{'class_path': 'lightning_fl.callbacks.FedFa', 'init_args': {'alpha': 1.0}}], 'max_epochs': 5}
+    """
+    out = copy.deepcopy(config)
+    for dotted, value in changes.items():
+        keys = dotted.split(".")
+        if keys[0] == "callbacks":
+            _change_callback(out, keys[1], keys[2:], value, dotted)
+            continue
+        node = out
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = value
+    return out
+
+
+def _change_callback(config: dict[str, Any], name: str, arg: list[str], value: Any, dotted: str) -> None:
+    callbacks = config.setdefault("trainer", {}).setdefault("callbacks", [])
+    matches = [c for c in callbacks if str(c.get("class_path", "")).rpartition(".")[2] == name]
+    if not matches:
+        raise ConfigError(f"{dotted}: the config has no callback {name}; it has"
+                          f" {[str(c.get('class_path', '')).rpartition('.')[2] for c in callbacks]}")
+    if not arg:
+        if value is not None:
+            raise ConfigError(f"{dotted}: only None (remove the callback) can be set on a whole callback")
+        callbacks.remove(matches[0])
+        return
+    matches[0].setdefault("init_args", {})[".".join(arg)] = value
+
+
+def derive_config(base: str | Path, changes: Mapping[str, Any], path: Path) -> Path:
+    """Write ``base`` with ``changes`` (see :func:`apply_changes`) to ``path``; returns ``path``."""
+    config = apply_changes(yaml.safe_load(Path(base).read_text()) or {}, changes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    described = ", ".join(f"{k}={v}" for k, v in changes.items()) or "no changes"
+    path.write_text(f"# {base} with {described} (written by lightning_fl.reproduce)\n"
+                    + yaml.safe_dump(config, sort_keys=False))
+    return path

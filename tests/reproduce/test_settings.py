@@ -1,0 +1,43 @@
+"""Derived configs of a reproduction: dotted changes, callback arguments, folder names."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from lightning_fl.reproduce.settings import Setting, apply_changes, derive_config
+from lightning_fl.validation import ConfigError
+
+BASE = {"trainer": {"max_epochs": 60, "callbacks": [{"class_path": "lightning_fl.callbacks.FedProx",
+                                                     "init_args": {"mu": 0.01}},
+                                                    {"class_path": "lightning_fl.callbacks.FairnessMetrics"}]},
+        "data": {"init_args": {"variant": "1_1"}}}
+
+
+def test_changes_reach_nested_keys_and_callback_arguments() -> None:
+    out = apply_changes(BASE, {"trainer.max_epochs": 5, "data.init_args.variant": "iid", "callbacks.FedProx.mu": 1.0,
+                               "model.local_epochs": 20})
+    assert out["trainer"]["max_epochs"] == 5 and out["data"]["init_args"]["variant"] == "iid"
+    assert out["trainer"]["callbacks"][0]["init_args"] == {"mu": 1.0}
+    assert out["model"] == {"local_epochs": 20}
+    assert BASE["trainer"]["max_epochs"] == 60 and BASE["trainer"]["callbacks"][0]["init_args"]["mu"] == 0.01
+
+
+def test_none_removes_a_callback_and_unknown_callbacks_are_named() -> None:
+    out = apply_changes(BASE, {"callbacks.FairnessMetrics": None})
+    assert [c["class_path"] for c in out["trainer"]["callbacks"]] == ["lightning_fl.callbacks.FedProx"]
+    with pytest.raises(ConfigError, match="no callback QFFL; it has \\['FedProx', 'FairnessMetrics'\\]"):
+        apply_changes(BASE, {"callbacks.QFFL.q": 1.0})
+
+
+def test_derived_config_is_a_plain_yaml(tmp_path) -> None:
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(BASE))
+    path = derive_config(base, {"trainer.max_epochs": 7}, tmp_path / "out" / "m.yaml")
+    assert yaml.safe_load(path.read_text())["trainer"]["max_epochs"] == 7
+
+
+@pytest.mark.parametrize(("name", "folder"), [("Synthetic(1,1)", "synthetic_1_1"), ("Synthetic(0.5,0.5)", "synthetic_0.5_0.5"),
+                                              ("Fashion-MNIST, 1 class per client", "fashion_mnist_1_class_per_client")])
+def test_folder_names(name: str, folder: str) -> None:
+    assert Setting(name, {}).folder == folder
