@@ -11,7 +11,7 @@ from lightning_fl.experiments.runs import Run
 from lightning_fl.reproduce.claims import Claim
 from lightning_fl.reproduce.settings import Setting
 
-__all__ = ["SCALES", "Metric", "Paper", "SettingResults"]
+__all__ = ["SCALES", "Metric", "Paper", "SettingResults", "best_of_values"]
 
 #: ``small``: minutes on a laptop CPU, the same experiment scaled down; ``paper``: the paper's setting.
 SCALES = ("small", "paper", "smoke")
@@ -63,6 +63,34 @@ class Metric:
     value: Callable[[SettingResults, str, int], float]
     digits: int = 2
     higher_is_better: bool = True
+
+
+def best_of_values(setting: Setting, metrics: Mapping[str, Metric],
+                   values: Mapping[tuple[str, str], Sequence[float]]) -> dict[tuple[str, str], list[float]]:
+    """The values of ``setting``'s ``best_of`` pseudo-methods: per seed, the best of the members' values.
+
+    Args:
+        setting: The setting (its ``best_of``).
+        metrics: Metric key -> :class:`Metric` (its direction picks the best).
+        values: ``{(method, metric key): one value per seed}`` of the trained methods.
+
+    Returns:
+        ``{(pseudo-method, metric key): one value per seed}`` for each metric every member has.
+
+    Example:
+        >>> s = Setting("s", {"A": "a.yaml", "B": "b.yaml"}, best_of={"best": ["A", "B"]})
+        >>> time = {"t": Metric("Time", lambda r, m, s: 0.0, higher_is_better=False)}
+        >>> best_of_values(s, time, {("A", "t"): [3.0, 1.0], ("B", "t"): [2.0, 5.0]})
+        {('best', 't'): [2.0, 1.0]}
+    """
+    out = {}
+    for name, members in setting.best_of.items():
+        for key, metric in metrics.items():
+            if all((m, key) in values for m in members):
+                pick = max if metric.higher_is_better else min
+                columns = [values[(m, key)] for m in members]
+                out[(name, key)] = [pick(per_seed) for per_seed in zip(*columns, strict=True)]
+    return out
 
 
 @dataclass(frozen=True)

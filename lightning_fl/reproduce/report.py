@@ -20,10 +20,10 @@ def _ours(s: Stats, digits: int) -> str:
 def setting_table(paper: Paper, results: SettingResults, values: Mapping[tuple[str, str], Sequence[float]]) -> str:
     """One row per method: each metric as "paper | ours (mean ± sample std over seeds)"."""
     setting = results.setting
-    keys = [k for k in paper.metrics if any((m, k) in values for m in setting.methods)]
+    keys = [k for k in paper.metrics if any((m, k) in values for m in setting.reported)]
     header = "| Method | " + " | ".join(f"{paper.metrics[k].label}: paper \\| ours" for k in keys) + " |"
     lines = [header, "| :--- |" + " ---: |" * len(keys)]
-    for method in setting.methods:
+    for method in setting.reported:
         cells = []
         for key in keys:
             metric = paper.metrics[key]
@@ -33,7 +33,9 @@ def setting_table(paper: Paper, results: SettingResults, values: Mapping[tuple[s
             right = "–" if not ours else _ours(stats(ours), metric.digits)
             cells.append(f"{left} \\| {right}")
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    notes = [f"\n{name}: per seed and column, the best of {', '.join(members)} (not a run of its own)."
+             for name, members in setting.best_of.items()]
+    return "\n".join(lines) + "\n" + "\n".join(notes) + ("\n" if notes else "")
 
 
 def verdict_table(paper: Paper, verdicts: Sequence[Verdict]) -> str:

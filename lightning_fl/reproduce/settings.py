@@ -10,7 +10,7 @@ every run is a plain config a user can rerun with ``python -m lightning_fl fit -
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,12 +31,32 @@ class Setting:
         methods: ``{method name: base config}`` in the report's order.
         common: Dotted changes for every method (the scale's rounds, the dataset, ...).
         changes: ``{method name: dotted changes}`` on top of ``common``.
+        best_of: ``{pseudo-method name: member methods}``: reported (and usable in claims) like a
+            method, its value per seed and metric being the best of its members' (the highest where
+            higher is better, else the lowest), e.g. a baseline a paper reports at its best setting
+            ("the least time over tau_c 4, 6, 8"). Nothing trains for it.
+
+    Raises:
+        ConfigError: If a ``best_of`` name is also a method or a member is not one.
     """
 
     name: str
     methods: Mapping[str, str]
     common: Mapping[str, Any] = field(default_factory=dict)
     changes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    best_of: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, members in self.best_of.items():
+            unknown = [m for m in members if m not in self.methods]
+            if name in self.methods or not members or unknown:
+                raise ConfigError(f"best_of.{name}: must be a new name over methods of the setting"
+                                  f" ({', '.join(self.methods)}); got members {list(members)}")
+
+    @property
+    def reported(self) -> list[str]:
+        """The methods, then the ``best_of`` pseudo-methods: the rows of the report."""
+        return [*self.methods, *self.best_of]
 
     @property
     def folder(self) -> str:

@@ -1,0 +1,77 @@
+"""Per-run metrics of a time-to-target comparison: reached or not, rounds and estimated time to the target.
+
+They read what a run with :class:`~lightning_fl.callbacks.RoundsToTarget` (and
+:class:`~lightning_fl.callbacks.CommunicationCost` for the time) writes: ``rounds_to_target.json``
+holds the first round at which the monitored metric reached the target and the estimated
+deployment time ``net/elapsed_seconds`` then (docs/algorithms.md, Rounds to target). A run that
+never reached it enters with its whole length: its last evaluated round and its final
+``net/elapsed_seconds`` (from its TensorBoard events), a lower bound of its true cost that favours
+it (docs/experiments.md, "Reproducing the papers"); :func:`reached` says which runs did.
+
+Each function has the signature of :attr:`~lightning_fl.reproduce.paper.Metric.value` and raises
+``KeyError`` where the run has no such file or value (the metric then does not apply to the method).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lightning_fl.reproduce.paper import SettingResults
+
+__all__ = ["estimated_seconds_to_target", "last_scalar", "reached", "rounds_to_target", "target_result"]
+
+#: The estimated deployment time that :class:`~lightning_fl.callbacks.CommunicationCost` logs every round.
+ELAPSED = "net/elapsed_seconds"
+
+
+def target_result(results: SettingResults, method: str, seed: int) -> dict[str, Any]:
+    """The run's ``rounds_to_target.json`` (``round`` is ``None`` where the target was not reached)."""
+    path = results.log_dir(method, seed) / "rounds_to_target.json"
+    if not path.is_file():
+        raise KeyError(f"{method}, seed {seed}: no rounds_to_target.json (the config has no RoundsToTarget)")
+    return json.loads(path.read_text())
+
+
+def reached(results: SettingResults, method: str, seed: int) -> float:
+    """1 if the run reached its target, else 0 (the mean over seeds is the fraction that did)."""
+    return float(target_result(results, method, seed)["round"] is not None)
+
+
+def rounds_to_target(results: SettingResults, method: str, seed: int) -> float:
+    """The first round at which the monitor reached the target, else the run's last evaluated round."""
+    result = target_result(results, method, seed)
+    if result["round"] is not None:
+        return float(result["round"])
+    stage, _, metric = result["monitor"].partition("/")
+    rounds, _ = results.series(method, seed, metric, stage)
+    if not rounds:
+        raise KeyError(f"{method}, seed {seed}: no evaluation of {result['monitor']}")
+    return float(rounds[-1])
+
+
+def estimated_seconds_to_target(results: SettingResults, method: str, seed: int) -> float:
+    """``net/elapsed_seconds`` when the target was reached, else at the end of the run."""
+    result = target_result(results, method, seed)
+    if result["round"] is not None:
+        if result.get("estimated_seconds") is None:
+            raise KeyError(f"{method}, seed {seed}: no estimated time (the config has no CommunicationCost bandwidths)")
+        return float(result["estimated_seconds"])
+    return last_scalar(results.log_dir(method, seed), ELAPSED)
+
+
+def last_scalar(log_dir: Path, tag: str) -> float:
+    """The value of ``tag`` at the last step the run's TensorBoard events hold.
+
+    Raises:
+        KeyError: If the events have no such scalar.
+    """
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    # Only scalars are needed: skip the figures and histograms.
+    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "images": 1, "histograms": 1, "tensors": 1})
+    events.Reload()
+    if tag not in events.Tags()["scalars"]:
+        raise KeyError(f"{log_dir}: no scalar {tag}")
+    return max(events.Scalars(tag), key=lambda e: e.step).value

@@ -1,0 +1,55 @@
+"""Rounds and estimated time to target per run: from rounds_to_target.json, or the run's whole length."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from torch.utils.tensorboard import SummaryWriter
+
+from lightning_fl.experiments.runs import Run
+from lightning_fl.reproduce.paper import SettingResults
+from lightning_fl.reproduce.settings import Setting
+from lightning_fl.reproduce.targets import (
+    estimated_seconds_to_target,
+    reached,
+    rounds_to_target,
+)
+
+MONITOR = "test/acc_pooled"
+
+
+def _results(tmp_path: Path, result: dict | None, elapsed: list[float]) -> SettingResults:
+    log_dir = tmp_path / "A" / "seed_0"
+    log_dir.mkdir(parents=True)
+    if result is not None:
+        (log_dir / "rounds_to_target.json").write_text(json.dumps({"monitor": MONITOR, "target": 0.6, **result}))
+    with SummaryWriter(str(log_dir)) as writer:
+        for step, value in enumerate(elapsed, start=1):
+            writer.add_scalar("net/elapsed_seconds", value, step)
+    # Evaluations at rounds 2, 4, 6 (test) and a val row that must not count.
+    rows = [("A/seed_0", "A", 0, r, "test", "acc_pooled", 0.1 * r) for r in (2, 4, 6)]
+    rows.append(("A/seed_0", "A", 0, 8, "val", "acc_pooled", 0.9))
+    return SettingResults(Setting("s", {"A": "a.yaml"}), [0], rows, [Run("A", 0, log_dir, ())])
+
+
+def test_a_reached_target_reads_the_json(tmp_path) -> None:
+    results = _results(tmp_path, {"round": 4, "estimated_seconds": 7.25}, [1.0, 2.0, 3.0, 7.25, 9.0, 11.0])
+    assert reached(results, "A", 0) == 1.0
+    assert rounds_to_target(results, "A", 0) == 4.0
+    assert estimated_seconds_to_target(results, "A", 0) == 7.25
+
+
+def test_a_missed_target_counts_the_whole_run(tmp_path) -> None:
+    results = _results(tmp_path, {"round": None, "estimated_seconds": None}, [1.5, 3.0, 4.5, 6.0, 7.5, 9.0])
+    assert reached(results, "A", 0) == 0.0
+    assert rounds_to_target(results, "A", 0) == 6.0  # the last test evaluation, not the val row at 8
+    assert estimated_seconds_to_target(results, "A", 0) == pytest.approx(9.0)  # net/elapsed_seconds at step 6
+
+
+def test_a_run_without_the_file_has_no_value(tmp_path) -> None:
+    results = _results(tmp_path, None, [1.0])
+    for metric in (reached, rounds_to_target, estimated_seconds_to_target):
+        with pytest.raises(KeyError):
+            metric(results, "A", 0)
