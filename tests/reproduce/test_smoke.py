@@ -27,7 +27,7 @@ def test_smoke_reproduction_writes_its_report(key: str, tmp_path) -> None:
         for name in ("comparison.md", "evaluations.csv", "summary.csv", "runs.csv", "curves.png"):
             assert (folder / name).is_file(), name
         assert f"### {setting.name}" in report
-        expected = [c for c in paper.claims if c.setting == setting.name and {c.ours, c.baseline} <= set(setting.methods)]
+        expected = [c for c in paper.claims if c.setting == setting.name and {c.ours, c.baseline} <= set(setting.reported)]
         assert [v.claim for v in verdicts if v.claim.setting == setting.name] == expected
     # One seed gives no interval: a claim can at most hold in direction.
     assert verdicts and all(v.verdict == "not reproduced" or v.reason == "one seed: no interval" for v in verdicts)
