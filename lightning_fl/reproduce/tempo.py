@@ -110,8 +110,8 @@ def _settings(scale: str) -> list[Setting]:
 
 
 def _scaled_down(scale: str) -> list[str]:
-    lines = [("Time is the estimated deployment time (`net/elapsed_seconds`; docs/algorithms.md, Communication"
-              " accounting): per global iteration, the compute of each institution's slowest client, measured on"
+    lines = [("Time is the estimated deployment time (`net/elapsed_seconds`; docs/algorithms.md,"
+              " Communication accounting): per global iteration, the compute of each institution's slowest client, measured on"
               " this CPU while the other runs share it, plus transfers over 100 Mbit/s client links and a 10 Mbit/s"
               " institution-server link. The paper measured wall time on GPUs with the server behind a limited cloud"
               " link, where communication took most of the time (so its time follows the global iterations); in"
