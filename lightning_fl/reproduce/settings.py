@@ -3,8 +3,9 @@
 A :class:`Setting` is one experiment of a paper (a dataset or partition) with its methods; each
 method is a shipped config plus dotted changes (``trainer.max_epochs``, ``data.init_args.variant``,
 ``model.optimizer.init_args.lr``, ``callbacks.<Class>.<arg>`` for an init argument of the callback
-of that class, or ``callbacks.<Class>`` to add, replace or remove that callback). :func:`derive_config` writes the changed config into the reproduction's folder, so
-every run is a plain config a user can rerun with ``python -m lightning_fl fit --config``.
+of that class, or ``callbacks.<Class>`` to add, replace or remove that callback). :func:`derive_config`
+writes the changed config into the reproduction's folder, so every run is a plain config a user can
+rerun with ``python -m lightning_fl fit --config``.
 """
 
 from __future__ import annotations

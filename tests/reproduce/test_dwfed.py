@@ -24,8 +24,9 @@ from lightning_fl.reproduce.settings import Setting
 
 def _rows(method: str, seed: int, curve: dict[int, float]) -> list[tuple]:
     # A val row with another value at every round: the metrics must read the test split only.
-    return [row for r, acc in curve.items() for row in ((f"{method}/seed_{seed}", method, seed, r, "test", "acc_pooled", acc),
-                                                          (f"{method}/seed_{seed}", method, seed, r, "val", "acc_pooled", 0.0))]
+    run = f"{method}/seed_{seed}"
+    return [row for r, acc in curve.items()
+            for row in ((run, method, seed, r, "test", "acc_pooled", acc), (run, method, seed, r, "val", "acc_pooled", 0.0))]
 
 
 def _results(tmp_path=None) -> SettingResults:
