@@ -11,7 +11,7 @@ from lightning_fl.experiments.runs import parse_seeds
 from lightning_fl.reproduce.paper import SCALES, Paper
 from lightning_fl.validation import ConfigError
 
-PAPERS = ("fedfa", "tempo")  # igfl and dwfed join as their modules land
+PAPERS = ("fedfa", "dwfed", "tempo")  # igfl joins when its module lands
 
 
 def load_paper(key: str) -> Paper:

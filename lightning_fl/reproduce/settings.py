@@ -2,9 +2,10 @@
 
 A :class:`Setting` is one experiment of a paper (a dataset or partition) with its methods; each
 method is a shipped config plus dotted changes (``trainer.max_epochs``, ``data.init_args.variant``,
-``model.optimizer.init_args.lr``, or ``callbacks.<Class>.<arg>`` for an init argument of the callback
-of that class). :func:`derive_config` writes the changed config into the reproduction's folder, so
-every run is a plain config a user can rerun with ``python -m lightning_fl fit --config``.
+``model.optimizer.init_args.lr``, ``callbacks.<Class>.<arg>`` for an init argument of the callback
+of that class, or ``callbacks.<Class>`` to add, replace or remove that callback). :func:`derive_config`
+writes the changed config into the reproduction's folder, so every run is a plain config a user can
+rerun with ``python -m lightning_fl fit --config``.
 """
 
 from __future__ import annotations
@@ -69,16 +70,22 @@ def apply_changes(config: dict[str, Any], changes: Mapping[str, Any]) -> dict[st
     """A copy of ``config`` with the dotted ``changes`` applied.
 
     ``callbacks.<Class>.<arg>`` sets an init argument of the callback whose class path ends in
-    ``.<Class>``; ``callbacks.<Class>`` set to ``None`` removes that callback; any other key is a path
-    of mapping keys (created where missing).
+    ``.<Class>``; ``callbacks.<Class>`` set to ``None`` removes that callback, and set to a mapping
+    with a ``class_path`` ending in ``.<Class>`` replaces it, or appends it when the config has none
+    (how a method adds its aggregation callback to a shared base); any other key is a path of mapping
+    keys (created where missing). Changes apply in order, so an added callback's arguments can follow.
 
     Raises:
-        ConfigError: If ``callbacks.<Class>`` names no callback of the config.
+        ConfigError: If ``callbacks.<Class>`` (to change or remove) names no callback of the config, or
+            a callback to add has no ``class_path`` ending in ``.<Class>``.
 
     Example:
         >>> base = {"trainer": {"callbacks": [{"class_path": "lightning_fl.callbacks.FedFa"}]}}
         >>> apply_changes(base, {"callbacks.FedFa.alpha": 1.0, "trainer.max_epochs": 5})["trainer"]
         {'callbacks': [{'class_path': 'lightning_fl.callbacks.FedFa', 'init_args': {'alpha': 1.0}}], 'max_epochs': 5}
+        >>> added = apply_changes(base, {"callbacks.DWFed": {"class_path": "lightning_fl.callbacks.DWFed"}})
+        >>> [c["class_path"] for c in added["trainer"]["callbacks"]]
+        ['lightning_fl.callbacks.FedFa', 'lightning_fl.callbacks.DWFed']
     """
     out = copy.deepcopy(config)
     for dotted, value in changes.items():
@@ -96,12 +103,22 @@ def apply_changes(config: dict[str, Any], changes: Mapping[str, Any]) -> dict[st
 def _change_callback(config: dict[str, Any], name: str, arg: list[str], value: Any, dotted: str) -> None:
     callbacks = config.setdefault("trainer", {}).setdefault("callbacks", [])
     matches = [c for c in callbacks if str(c.get("class_path", "")).rpartition(".")[2] == name]
+    if not arg and isinstance(value, Mapping):
+        if str(value.get("class_path", "")).rpartition(".")[2] != name:
+            raise ConfigError(f"{dotted}: a callback to add needs a class_path ending in .{name};"
+                              f" got {value.get('class_path')!r}")
+        if matches:
+            callbacks[callbacks.index(matches[0])] = copy.deepcopy(dict(value))
+        else:
+            callbacks.append(copy.deepcopy(dict(value)))
+        return
     if not matches:
         raise ConfigError(f"{dotted}: the config has no callback {name}; it has"
                           f" {[str(c.get('class_path', '')).rpartition('.')[2] for c in callbacks]}")
     if not arg:
         if value is not None:
-            raise ConfigError(f"{dotted}: only None (remove the callback) can be set on a whole callback")
+            raise ConfigError(f"{dotted}: a whole callback is set to None (remove it) or to a mapping with its"
+                              f" class_path (add or replace it); got {value!r}")
         callbacks.remove(matches[0])
         return
     matches[0].setdefault("init_args", {})[".".join(arg)] = value

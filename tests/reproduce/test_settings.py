@@ -30,6 +30,22 @@ def test_none_removes_a_callback_and_unknown_callbacks_are_named() -> None:
         apply_changes(BASE, {"callbacks.QFFL.q": 1.0})
 
 
+def test_a_mapping_adds_or_replaces_a_callback_and_its_arguments_follow() -> None:
+    dwfed = {"class_path": "lightning_fl.callbacks.DWFed", "init_args": {"eta_ish": 1.0}}
+    out = apply_changes(BASE, {"callbacks.DWFed": dwfed, "callbacks.DWFed.figure_every_n_rounds": 0})
+    assert out["trainer"]["callbacks"][2] == {"class_path": "lightning_fl.callbacks.DWFed",
+                                              "init_args": {"eta_ish": 1.0, "figure_every_n_rounds": 0}}
+    assert dwfed["init_args"] == {"eta_ish": 1.0}  # the change's own mapping is not modified
+    out = apply_changes(BASE, {"callbacks.FedProx": {"class_path": "lightning_fl.callbacks.FedProx"}})
+    assert [c["class_path"] for c in out["trainer"]["callbacks"]] == ["lightning_fl.callbacks.FedProx",
+                                                                      "lightning_fl.callbacks.FairnessMetrics"]
+    assert "init_args" not in out["trainer"]["callbacks"][0]  # replaced, not merged
+    with pytest.raises(ConfigError, match="callbacks.DWFed: a callback to add needs a class_path ending in .DWFed"):
+        apply_changes(BASE, {"callbacks.DWFed": {"class_path": "lightning_fl.callbacks.FedFa"}})
+    with pytest.raises(ConfigError, match="set to None \\(remove it\\) or to a mapping"):
+        apply_changes(BASE, {"callbacks.FedProx": 1.0})
+
+
 def test_derived_config_is_a_plain_yaml(tmp_path) -> None:
     base = tmp_path / "base.yaml"
     base.write_text(yaml.safe_dump(BASE))
