@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lightning_fl.experiments.results import Row
 from lightning_fl.experiments.runs import Run
@@ -19,12 +20,17 @@ SCALES = ("small", "paper", "smoke")
 
 @dataclass(frozen=True)
 class SettingResults:
-    """The runs of one setting over the seeds, with accessors for a metric's value per run."""
+    """The runs of one setting over the seeds, with accessors for a metric's value per run.
+
+    ``run_seconds`` is each run's wall time as the runner recorded it when the run trained (a rerun
+    that only reads finished runs keeps the original times).
+    """
 
     setting: Setting
     seeds: Sequence[int]
     rows: Sequence[Row]
     runs: Sequence[Run]
+    run_seconds: Sequence[float] = ()
 
     def _rows(self, method: str, seed: int, metric: str, stage: str) -> list[tuple[int, float]]:
         return sorted((r[3], r[6]) for r in self.rows if r[1] == method and r[2] == seed and r[4] == stage
@@ -107,6 +113,8 @@ class Paper:
         paper_values: ``{(setting, method, metric): number}`` as printed in the paper (report only).
         scaled_down: ``scaled_down(scale)``: what differs from the paper at a scale, one line each.
         methods_note: Where the methods' settings come from (the paper's, or tuned).
+        discussion: ``discussion(verdicts, values)``: the likely reasons behind the verdicts, written from
+            the measured values (``values[(setting, method, metric)]``: one per seed); ``""`` for none.
     """
 
     key: str
@@ -118,3 +126,4 @@ class Paper:
     paper_values: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
     scaled_down: Callable[[str], list[str]] = lambda scale: []
     methods_note: str = ""
+    discussion: Callable[[Sequence[Any], Mapping[tuple[str, str, str], Sequence[float]]], str] = lambda v, values: ""

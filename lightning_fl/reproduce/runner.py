@@ -7,6 +7,7 @@ its runs are resumable, so an interrupted reproduction picks up where it stopped
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,7 +30,7 @@ def _run_setting(paper: Paper, setting, seeds: Sequence[int], save_dir: Path, jo
         changes = {**setting.common, **setting.changes.get(method, {})}
         configs[method] = str(derive_config(base, changes, folder / "configs" / f"{method}.yaml"))
     grid = run_grid(configs, seeds, folder, jobs, tune=tune, title=f"{paper.title}: {setting.name}", launcher=launcher)
-    return SettingResults(setting, list(seeds), grid.rows, grid.runs)
+    return SettingResults(setting, list(seeds), grid.rows, grid.runs, [float(r["seconds"]) for r in grid.records])
 
 
 def reproduce(paper: Paper, scale: str, seeds: Sequence[int], save_dir: Path, docs_dir: Path | None,
@@ -52,21 +53,28 @@ def reproduce(paper: Paper, scale: str, seeds: Sequence[int], save_dir: Path, do
         ``(report markdown, verdicts)``.
     """
     started = time.perf_counter()
-    sections, verdicts = [], []
+    sections, verdicts, all_values = [], [], {}
     for setting in paper.settings(scale):
         results = _run_setting(paper, setting, seeds, save_dir, jobs, tune, launcher)
         values = {(method, key): [metric.value(results, method, seed) for seed in seeds]
                   for method in setting.methods for key, metric in paper.metrics.items()
                   if _defined(metric, results, method, seeds[0])}
         values |= best_of_values(setting, paper.metrics, values)
+        all_values |= {(setting.name, method, key): v for (method, key), v in values.items()}
         sections.append((results, setting_table(paper, results, values)))
         for claim in (c for c in paper.claims if c.setting == setting.name and {c.ours, c.baseline} <= set(setting.reported)):
             verdicts.append(judge(claim, values[(claim.ours, claim.metric)], values[(claim.baseline, claim.metric)]))
-    minutes = (time.perf_counter() - started) / 60
+    # Wall time over every call of this reproduction (runs are resumable, so a later call may only report).
+    timing = save_dir / "wall_time.json"
+    before = json.loads(timing.read_text())["minutes"] if timing.is_file() else 0.0
+    minutes = before + (time.perf_counter() - started) / 60
+    save_dir.mkdir(parents=True, exist_ok=True)
+    timing.write_text(json.dumps({"minutes": minutes}))
     files = (f"Runs, configs and per-setting `comparison.md`, `evaluations.csv`, `curves.png`,"
              f" `client_accuracy.png`: `{save_dir}/<setting>/`; TensorBoard: `tensorboard --logdir {save_dir}`.")
+    run_minutes = sum(sum(results.run_seconds) for results, _ in sections) / 60
     report = render_report(paper, scale, seeds, sections, verdicts, command or f"make reproduce PAPER={paper.key}",
-                           minutes, files)
+                           minutes, files, run_minutes, tune, paper.discussion(verdicts, all_values))
     save_dir.mkdir(parents=True, exist_ok=True)
     (save_dir / "report.md").write_text(report)
     if docs_dir is not None:
