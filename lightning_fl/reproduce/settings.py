@@ -2,8 +2,9 @@
 
 A :class:`Setting` is one experiment of a paper (a dataset or partition) with its methods; each
 method is a shipped config plus dotted changes (``trainer.max_epochs``, ``data.init_args.variant``,
-``model.optimizer.init_args.lr``, or ``callbacks.<Class>.<arg>`` for an init argument of the callback
-of that class). :func:`derive_config` writes the changed config into the reproduction's folder, so
+``model.optimizer.init_args.lr``, ``callbacks.<Class>.<arg>`` for an init argument of the callback
+of that class, or ``callbacks+`` to append callbacks, like the CLI's ``--trainer.callbacks+=``).
+:func:`derive_config` writes the changed config into the reproduction's folder, so
 every run is a plain config a user can rerun with ``python -m lightning_fl fit --config``.
 """
 
@@ -49,11 +50,15 @@ def apply_changes(config: dict[str, Any], changes: Mapping[str, Any]) -> dict[st
     """A copy of ``config`` with the dotted ``changes`` applied.
 
     ``callbacks.<Class>.<arg>`` sets an init argument of the callback whose class path ends in
-    ``.<Class>``; ``callbacks.<Class>`` set to ``None`` removes that callback; any other key is a path
-    of mapping keys (created where missing).
+    ``.<Class>``; ``callbacks.<Class>`` set to ``None`` removes that callback; ``callbacks+`` appends
+    a callback (``{"class_path": ..., "init_args": {...}}``) or a list of them, e.g. the aggregation
+    of a method whose base config leaves it to the command line; any other key is a path of mapping
+    keys (created where missing). Changes apply in order, so ``callbacks.<Class>.<arg>`` may follow
+    the ``callbacks+`` that added ``<Class>``.
 
     Raises:
-        ConfigError: If ``callbacks.<Class>`` names no callback of the config.
+        ConfigError: If ``callbacks.<Class>`` names no callback of the config, or ``callbacks+`` is
+            given something other than callbacks with a ``class_path``.
 
     Example:
         >>> base = {"trainer": {"callbacks": [{"class_path": "lightning_fl.callbacks.FedFa"}]}}
@@ -62,6 +67,9 @@ def apply_changes(config: dict[str, Any], changes: Mapping[str, Any]) -> dict[st
     """
     out = copy.deepcopy(config)
     for dotted, value in changes.items():
+        if dotted == "callbacks+":
+            _append_callbacks(out, value)
+            continue
         keys = dotted.split(".")
         if keys[0] == "callbacks":
             _change_callback(out, keys[1], keys[2:], value, dotted)
@@ -71,6 +79,14 @@ def apply_changes(config: dict[str, Any], changes: Mapping[str, Any]) -> dict[st
             node = node.setdefault(key, {})
         node[keys[-1]] = value
     return out
+
+
+def _append_callbacks(config: dict[str, Any], value: Any) -> None:
+    added = [value] if isinstance(value, Mapping) else value
+    if not isinstance(added, list) or not all(isinstance(c, Mapping) and "class_path" in c for c in added):
+        raise ConfigError(f"callbacks+ must be a callback ({{class_path: ..., init_args: ...}}) or a list of them;"
+                          f" got {value!r}")
+    config.setdefault("trainer", {}).setdefault("callbacks", []).extend(copy.deepcopy(dict(c)) for c in added)
 
 
 def _change_callback(config: dict[str, Any], name: str, arg: list[str], value: Any, dotted: str) -> None:
