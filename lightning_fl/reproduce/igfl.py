@@ -17,7 +17,8 @@ from lightning_fl.reproduce.settings import Setting
 
 #: The experiment config every method starts from (100 clients, 10 per round, B = 100, PerClientDirichlet).
 BASE = "configs/experiments/igfl_fmnist_cross_device.yaml"
-#: Rounds of the ``small`` scale (sized for 3 seeds x 4 methods in ~20 min on a 2-core CPU, 2 runs at a time).
+#: Rounds of the ``small`` scale. Measured on a 2-core CPU, 2 runs at a time: FedAvg 124 s and IGFL 150 s per
+#: run, so 3 seeds x 4 methods take about 16 minutes.
 SMALL_ROUNDS = 80
 
 
@@ -63,6 +64,15 @@ def last_rounds_percent(results: SettingResults, method: str, seed: int, metric:
 
     The run's length is its final evaluated round (the final model is always evaluated).
 
+    Args:
+        results: The setting's runs.
+        method: The method.
+        seed: The run's seed.
+        metric: A test metric of ``fairness_history.csv`` (``acc_pooled``, ``acc_mean``).
+
+    Returns:
+        The mean of ``metric`` over the last ``ceil(0.1 * rounds)`` rounds, times 100.
+
     Raises:
         KeyError: If the run has no test evaluation of ``metric``.
         ValueError: If a round of the window was not evaluated (the paper averages every one).
@@ -98,7 +108,11 @@ def _claims() -> list[Claim]:
 
 
 def cifar10_present(data_dir: Path = Path("data")) -> bool:
-    """Whether CIFAR-10's archive or extracted batches are in ``data_dir`` or ``data_dir/cifar10`` (docs/datasets.md)."""
+    """Whether CIFAR-10's archive or extracted batches are in ``data_dir`` or ``data_dir/cifar10`` (docs/datasets.md).
+
+    Args:
+        data_dir: The configs' ``data_dir``, relative to the working directory.
+    """
     roots = (data_dir, data_dir / "cifar10")
     return any((r / "cifar-10-python.tar.gz").is_file() or (r / "cifar-10-batches-py" / "test_batch").is_file()
                for r in roots)
@@ -146,8 +160,8 @@ def _settings(scale: str) -> list[Setting]:
 
 
 def _scaled_down(scale: str) -> list[str]:
-    data = ("Fashion-MNIST (28x28 grey images, McMahan et al.'s CNN28) instead of CIFAR-10, whose files are not"
-            " here: the paper's numbers beside ours are CIFAR-10's, so compare the differences between methods,"
+    data = ("Fashion-MNIST (28x28 grey images, McMahan et al.'s CNN28) in place of CIFAR-10: the paper's numbers"
+            " beside ours in the Fashion-MNIST settings are CIFAR-10's, so compare the differences between methods,"
             " not the accuracies.")
     common = [("Every method uses client lr 0.03 (the paper picks it per method from {0.001, 0.003, ..., 0.3};"
                " `TUNE=1` selects it from 0.003-0.1 on the validation splits); FedProx mu = 0.01 (the paper has no"
@@ -159,8 +173,9 @@ def _scaled_down(scale: str) -> list[str]:
               ("Test accuracy: the global model on the official test set dealt to the clients by label (the"
                " union is the test set: `acc_pooled`), averaged over every round of the last 10%.")]
     if scale == "paper":
-        return [(data + " When CIFAR-10 is in data/ (or data/cifar10/), its settings run too, with the CIFAR-10"
-                 " CNN (CifarCNN) and no augmentation."),
+        cifar = (" CIFAR-10 runs too (its files are in data/), with the CIFAR-10 CNN (CifarCNN), no augmentation."
+                 if cifar10_present() else " CIFAR-10 would run too if its files were in data/ or data/cifar10/.")
+        return [data + cifar,
                 ("Nothing else in the setting: 100 clients, 10 per round, B = 100, all 60,000 training images"
                  " (600 per client; CIFAR-10: 500), E = 1 for 10,000 rounds and E = 5 for 4,000; evaluated every"
                  " 100 rounds and every round of the last 10%. SCAFFOLD is left out (no number at rho = 0.1)."),
