@@ -176,7 +176,7 @@ def _scaled_down(scale: str) -> list[str]:
         cifar = (" CIFAR-10 runs too (its files are in data/), with the CIFAR-10 CNN (CifarCNN), no augmentation."
                  if cifar10_present() else " CIFAR-10 would run too if its files were in data/ or data/cifar10/.")
         return [data + cifar,
-                ("Nothing else in the setting: 100 clients, 10 per round, B = 100, all 60,000 training images"
+                ("Otherwise the paper's setting: 100 clients, 10 per round, B = 100, all 60,000 training images"
                  " (600 per client; CIFAR-10: 500), E = 1 for 10,000 rounds and E = 5 for 4,000; evaluated every"
                  " 100 rounds and every round of the last 10%. SCAFFOLD is left out (no number at rho = 0.1)."),
                 *common]
