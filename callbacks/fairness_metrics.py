@@ -29,6 +29,7 @@ from lightning_fl.reporting.tables import (
     last_rounds_note,
 )
 from lightning_fl.round_logger import RoundLogger
+from lightning_fl.validation import check_choice
 
 #: Metrics averaged over the last 10% of rounds (IGFL's tables), logged as ``test/<key>_last10pct``.
 _LAST_ROUNDS_KEYS = ("acc_mean", "acc_pooled")
@@ -57,20 +58,30 @@ class FairnessMetrics(FederatedCallback):
     with ``check_val_every_n_epoch > 1`` that may be just the final round). It is logged as the scalars
     ``test/acc_mean_last10pct`` and ``test/acc_pooled_last10pct`` at the final round (also in
     ``trainer.callback_metrics``), added as a line under the table in ``fairness_summary.md`` and as
-    two columns of ``fairness_summary.csv`` (docs/algorithms.md, Paper metrics).
+    two columns of ``fairness_summary.csv`` (docs/algorithms.md, Paper metrics). With
+    ``evaluate_last_rounds`` every round of that window is evaluated, whatever
+    ``check_val_every_n_epoch``, so the average covers all of its rounds as the paper's does.
 
     Args:
         histogram_every: Log the accuracy histogram (and a figure of it) every this many evaluations.
         method_name: Row name in the summary table; defaults to the aggregation callback's class name.
+        evaluate_last_rounds: Evaluate every round of the last ``ceil(0.1 * max_epochs)`` (IGFL's
+            window); earlier rounds keep ``check_val_every_n_epoch``. Default ``False``.
+
+    Raises:
+        ConfigError: If ``evaluate_last_rounds`` is not a bool.
 
     Example (YAML)::
 
         - class_path: lightning_fl.callbacks.FairnessMetrics
     """
 
-    def __init__(self, histogram_every: int = 1, method_name: str | None = None) -> None:
+    def __init__(self, histogram_every: int = 1, method_name: str | None = None,
+                 evaluate_last_rounds: bool = False) -> None:
+        check_choice("evaluate_last_rounds", evaluate_last_rounds, (False, True))
         self.histogram_every = histogram_every
         self.method_name = method_name
+        self.evaluate_last_rounds = evaluate_last_rounds
         self.add_server_state("history", [])  # every evaluation: stage, round and the metrics
         self._aggregation = "FairnessMetrics"
         self._client_rows_stages: set[str] = set()  # stages this process has written client rows for
@@ -96,6 +107,16 @@ class FairnessMetrics(FederatedCallback):
         if (evaluations - 1) % self.histogram_every == 0:
             log.log_histogram(f"{stage}/client_acc", accuracies[~accuracies.isnan()])
             log.log_figure(f"{stage}/client_acc_figure", accuracy_histogram_figure(accuracies, evaluation.round_number))
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Lightning reads check_val_every_n_epoch at the end of every epoch (round), so lowering it
+        # here evaluates the rest of the run every round. Nothing to save: a resumed run switches
+        # again from its round number.
+        if not self.evaluate_last_rounds or (trainer.max_epochs or 0) <= 0:
+            return
+        if trainer.current_epoch >= trainer.max_epochs - last_rounds_count(trainer.max_epochs):
+            trainer.check_val_every_n_epoch = 1
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

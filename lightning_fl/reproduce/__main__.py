@@ -11,7 +11,7 @@ from lightning_fl.experiments.runs import parse_seeds
 from lightning_fl.reproduce.paper import SCALES, Paper
 from lightning_fl.validation import ConfigError
 
-PAPERS = ("fedfa", "dwfed", "tempo")  # igfl joins when its module lands
+PAPERS = ("fedfa", "igfl", "dwfed", "tempo")
 
 
 def load_paper(key: str) -> Paper:

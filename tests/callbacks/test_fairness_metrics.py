@@ -10,7 +10,9 @@ import torch
 from lightning_fl.callbacks.fairness_metrics import FairnessMetrics
 
 from lightning_fl.evaluation import ClientEvaluation
+from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import RecordingLogger, fake_federation
+from tests.conftest import run_cli
 
 
 def _evaluate(cb: FairnessMetrics, stage: str, round_number: int, correct: list[int], total: list[int]) -> None:
@@ -39,3 +41,34 @@ def test_last_10pct_of_rounds_by_hand(tmp_path):
     assert float(row["Average"]) == pytest.approx(2 / 3)  # the table itself is the final evaluation
     assert float(row["Average (last 10% of rounds)"]) == pytest.approx(mean)
     assert float(row["Pooled (last 10% of rounds)"]) == pytest.approx(pooled)
+
+
+def test_evaluate_last_rounds_switches_to_every_round_in_the_window():
+    cb = FairnessMetrics(evaluate_last_rounds=True)
+    # max_epochs 25: the window is the last ceil(2.5) = 3 rounds, 23..25, i.e. epochs (round index) 22..24.
+    trainer = SimpleNamespace(max_epochs=25, check_val_every_n_epoch=10, current_epoch=21)
+    cb.on_train_epoch_start(trainer, None)
+    assert trainer.check_val_every_n_epoch == 10
+    trainer.current_epoch = 22
+    cb.on_train_epoch_start(trainer, None)
+    assert trainer.check_val_every_n_epoch == 1
+    off = SimpleNamespace(max_epochs=25, check_val_every_n_epoch=10, current_epoch=24)
+    FairnessMetrics().on_train_epoch_start(off, None)
+    assert off.check_val_every_n_epoch == 10
+
+
+def test_evaluate_last_rounds_in_a_run(tiny, tmp_path):
+    # 11 rounds, evaluation every 4: rounds 4 and 8, then every round of the window 10..11
+    # (ceil(0.1 x 11) = 2); without the option round 10 would not be evaluated.
+    fairness = {"class_path": "lightning_fl.callbacks.FairnessMetrics", "init_args": {"evaluate_last_rounds": True}}
+    config = tiny(**{"trainer.max_epochs": 11, "trainer.check_val_every_n_epoch": 4, "model.local_epochs": 1,
+                     "trainer.callbacks": [{"class_path": "lightning_fl.callbacks.FedAvg"}, fairness]})
+    assert run_cli("fit", "--config", str(config)) == 0
+    with open(tmp_path / "logs" / "run" / "version_0" / "fairness_history.csv") as f:
+        rounds = [int(row["round"]) for row in csv.DictReader(f) if row["stage"] == "test"]
+    assert rounds == [4, 8, 10, 11]
+
+
+def test_evaluate_last_rounds_must_be_a_bool():
+    with pytest.raises(ConfigError, match="evaluate_last_rounds must be one of False, True; got 'yes'"):
+        FairnessMetrics(evaluate_last_rounds="yes")

@@ -57,3 +57,16 @@ def test_derived_config_is_a_plain_yaml(tmp_path) -> None:
                                               ("Fashion-MNIST, 1 class per client", "fashion_mnist_1_class_per_client")])
 def test_folder_names(name: str, folder: str) -> None:
     assert Setting(name, {}).folder == folder
+
+
+def test_callbacks_plus_appends_and_later_changes_reach_the_new_callback() -> None:
+    igfl = {"class_path": "lightning_fl.callbacks.IGFL", "init_args": {"attention": "self"}}
+    out = apply_changes(BASE, {"callbacks+": igfl, "callbacks.IGFL.attention": "global"})
+    assert [c["class_path"] for c in out["trainer"]["callbacks"]] == [
+        "lightning_fl.callbacks.FedProx", "lightning_fl.callbacks.FairnessMetrics", "lightning_fl.callbacks.IGFL"]
+    assert out["trainer"]["callbacks"][2]["init_args"] == {"attention": "global"}
+    assert igfl["init_args"] == {"attention": "self"}  # the change's own value is copied, not edited
+    two = apply_changes({}, {"callbacks+": [{"class_path": "a.A"}, {"class_path": "b.B"}]})
+    assert two == {"trainer": {"callbacks": [{"class_path": "a.A"}, {"class_path": "b.B"}]}}
+    with pytest.raises(ConfigError, match="callbacks\\+ must be a callback"):
+        apply_changes(BASE, {"callbacks+": "lightning_fl.callbacks.IGFL"})
