@@ -23,7 +23,7 @@ SMALL_ROUNDS = 80
 
 
 def _aggregation(name: str, **init_args: Any) -> dict[str, Any]:
-    return {"callbacks+": {"class_path": f"lightning_fl.callbacks.{name}", "init_args": init_args}}
+    return {f"callbacks.{name}": {"class_path": f"lightning_fl.callbacks.{name}", "init_args": init_args}}
 
 
 def _methods(figure_every: int) -> dict[str, dict[str, Any]]:

@@ -3,10 +3,9 @@
 A :class:`Setting` is one experiment of a paper (a dataset or partition) with its methods; each
 method is a shipped config plus dotted changes (``trainer.max_epochs``, ``data.init_args.variant``,
 ``model.optimizer.init_args.lr``, ``callbacks.<Class>.<arg>`` for an init argument of the callback
-of that class, ``callbacks.<Class>`` to add, replace or remove that callback, or ``callbacks+`` to
-append callbacks like the CLI's ``--trainer.callbacks+=``). :func:`derive_config` writes the changed
-config into the reproduction's folder, so every run is a plain config a user can rerun with
-``python -m lightning_fl fit --config``.
+of that class, or ``callbacks.<Class>`` to add, replace or remove that callback). :func:`derive_config`
+writes the changed config into the reproduction's folder, so every run is a plain config a user can
+rerun with ``python -m lightning_fl fit --config``.
 """
 
 from __future__ import annotations
@@ -73,14 +72,12 @@ def apply_changes(config: dict[str, Any], changes: Mapping[str, Any]) -> dict[st
     ``callbacks.<Class>.<arg>`` sets an init argument of the callback whose class path ends in
     ``.<Class>``; ``callbacks.<Class>`` set to ``None`` removes that callback, and set to a mapping
     with a ``class_path`` ending in ``.<Class>`` replaces it, or appends it when the config has none;
-    ``callbacks+`` appends a callback (``{"class_path": ..., "init_args": {...}}``) or a list of them;
     any other key is a path of mapping keys (created where missing). Changes apply in order, so an
     added callback's arguments can follow.
 
     Raises:
         ConfigError: If ``callbacks.<Class>`` (to change or remove) names no callback of the config, a
-            callback to add has no ``class_path`` ending in ``.<Class>``, or ``callbacks+`` is given
-            something other than callbacks with a ``class_path``.
+            callback to add has no ``class_path`` ending in ``.<Class>``.
 
     Example:
         >>> base = {"trainer": {"callbacks": [{"class_path": "lightning_fl.callbacks.FedFa"}]}}
@@ -92,9 +89,6 @@ def apply_changes(config: dict[str, Any], changes: Mapping[str, Any]) -> dict[st
     """
     out = copy.deepcopy(config)
     for dotted, value in changes.items():
-        if dotted == "callbacks+":
-            _append_callbacks(out, value)
-            continue
         keys = dotted.split(".")
         if keys[0] == "callbacks":
             _change_callback(out, keys[1], keys[2:], value, dotted)
@@ -104,14 +98,6 @@ def apply_changes(config: dict[str, Any], changes: Mapping[str, Any]) -> dict[st
             node = node.setdefault(key, {})
         node[keys[-1]] = value
     return out
-
-
-def _append_callbacks(config: dict[str, Any], value: Any) -> None:
-    added = [value] if isinstance(value, Mapping) else value
-    if not isinstance(added, list) or not all(isinstance(c, Mapping) and "class_path" in c for c in added):
-        raise ConfigError(f"callbacks+ must be a callback ({{class_path: ..., init_args: ...}}) or a list of them;"
-                          f" got {value!r}")
-    config.setdefault("trainer", {}).setdefault("callbacks", []).extend(copy.deepcopy(dict(c)) for c in added)
 
 
 def _change_callback(config: dict[str, Any], name: str, arg: list[str], value: Any, dotted: str) -> None:
