@@ -353,7 +353,9 @@ class FederatedLoop(LightningModule):
                        f" in fp32); {self.data.num_clients} clients, {cohort} per round, {self.local_epochs} local"
                        f" epoch(s) of batch {self.batch_size}; engine {self.engine.name}")
         if self.trainer.is_global_zero:  # the HParams tab: this run's settings beside its fairness metrics
-            write_hparams(self.loggers, self.federation.aggregation, self._run_config())
+            # The rounds are the Trainer's (max_epochs), not part of the run's exactness check.
+            write_hparams(self.loggers, self.federation.aggregation,
+                          {**self._run_config(), "rounds": self.trainer.max_epochs})
         if self.rounds_completed == 0:
             self._log_partition()
 

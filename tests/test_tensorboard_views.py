@@ -131,6 +131,7 @@ def test_the_hparams_tab_lists_the_settings_and_the_fairness_metrics(tmp_path):
     assert session["callbacks.FedFa.alpha"].number_value == 0.5  # configs/fedfa_synthetic.yaml
     assert session["model.local_epochs"].number_value == 2 and session["model.optimizer.lr"].number_value == 0.01
     assert session["data.variant"].string_value == "1_1"
+    assert session["rounds"].number_value == ROUNDS
     metrics = {m.name.tag for m in data["_hparams_/experiment"].experiment.metric_infos}
     assert {"val/acc_mean", "test/acc_mean", "test/acc_worst20", "test/acc_var"} <= metrics
     # TensorBoard fills the table from the run's own scalars under those tags (no placeholder values).
