@@ -56,9 +56,7 @@ def reproduce(paper: Paper, scale: str, seeds: Sequence[int], save_dir: Path, do
     sections, verdicts, all_values = [], [], {}
     for setting in paper.settings(scale):
         results = _run_setting(paper, setting, seeds, save_dir, jobs, tune, launcher)
-        values = {(method, key): [metric.value(results, method, seed) for seed in seeds]
-                  for method in setting.methods for key, metric in paper.metrics.items()
-                  if _defined(metric, results, method, seeds[0])}
+        values = _metric_values(paper, results, seeds)
         values |= best_of_values(setting, paper.metrics, values)
         all_values |= {(setting.name, method, key): v for (method, key), v in values.items()}
         sections.append((results, setting_table(paper, results, values)))
@@ -83,10 +81,17 @@ def reproduce(paper: Paper, scale: str, seeds: Sequence[int], save_dir: Path, do
     return report, verdicts
 
 
-def _defined(metric, results: SettingResults, method: str, seed: int) -> bool:
-    """Whether ``metric`` applies to ``method`` (e.g. an accuracy reduction only to the non-IID runs)."""
-    try:
-        metric.value(results, method, seed)
-    except KeyError:
-        return False
-    return True
+def _metric_values(paper: Paper, results: SettingResults, seeds: Sequence[int]) -> dict[tuple[str, str], list[float]]:
+    """``{(method, metric): one value per seed}`` for every metric that applies to the method.
+
+    A metric raises ``KeyError`` where it does not apply (e.g. an accuracy reduction on the IID
+    reference run); each value is computed once.
+    """
+    values = {}
+    for method in results.setting.methods:
+        for key, metric in paper.metrics.items():
+            try:
+                values[(method, key)] = [metric.value(results, method, seed) for seed in seeds]
+            except KeyError:
+                continue
+    return values
