@@ -11,6 +11,9 @@ SEEDS ?= 3
 FRACTION ?= 0.9
 JOBS ?=
 TUNE ?=
+# compare and tempo tune with TUNE=1; reproduce tunes its baselines unless TUNE=0
+TUNE_ON := $(filter-out 0,$(TUNE))
+TUNE_OFF := $(filter 0,$(TUNE))
 PAPER ?= fedfa
 SCALE ?= small
 
@@ -40,26 +43,28 @@ tensorboard: $(STAMP)
 ## core), TUNE=1 first selects every method's hyperparameters on the validation splits (docs/experiments.md;
 ## output in $(LOGS)/compare_$(DATA)_tuned). Finished runs are kept.
 compare: $(STAMP)
-	$(PY) -m lightning_fl.compare --save-dir $(LOGS)/compare_$(DATA)$(if $(TUNE),_tuned) --data $(DATA) --seeds $(SEEDS) \
-		$(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(TUNE),--tune) \
+	$(PY) -m lightning_fl.compare --save-dir $(LOGS)/compare_$(DATA)$(if $(TUNE_ON),_tuned) --data $(DATA) --seeds $(SEEDS) \
+		$(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(TUNE_ON),--tune) \
 		FedAvg=configs/fedavg_synthetic.yaml FedProx=configs/fedprox_synthetic.yaml \
 		q-FFL=configs/qffl_synthetic.yaml FedFa-mo=configs/fedfa_mo_synthetic.yaml FedFa=configs/fedfa_synthetic.yaml
 
 ## tempo: Tempo against FedAdp with fixed 4, 6, 8 local epochs (three-layer; rounds and time to target) over SEEDS
 ## seeds, in $(LOGS)/tempo; ROUNDS, JOBS and TUNE=1 as for compare
 tempo: $(STAMP)
-	$(PY) -m lightning_fl.compare --save-dir $(LOGS)/tempo$(if $(TUNE),_tuned) --seeds $(SEEDS) \
-		$(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(TUNE),--tune) \
+	$(PY) -m lightning_fl.compare --save-dir $(LOGS)/tempo$(if $(TUNE_ON),_tuned) --seeds $(SEEDS) \
+		$(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(TUNE_ON),--tune) \
 		Tempo=configs/tempo_synthetic.yaml FedAdp-E4=configs/fedadp_e4_hierarchy_synthetic.yaml \
 		FedAdp-E6=configs/fedadp_e6_hierarchy_synthetic.yaml FedAdp-E8=configs/fedadp_e8_hierarchy_synthetic.yaml
 
 ## reproduce: a seed paper's headline experiment (PAPER=fedfa|igfl|dwfed|tempo) over SEEDS seeds at SCALE=small
 ## (minutes on a laptop CPU) or paper (the paper's setting): the paper's numbers beside ours and a verdict per claim
-## in docs/reproduction/$(PAPER).md; runs in $(LOGS)/reproduce/$(PAPER)_$(SCALE) (finished runs are kept); JOBS and
-## TUNE=1 as for compare (docs/experiments.md, "Reproducing the papers")
+## in docs/reproduction/$(PAPER).md; runs in $(LOGS)/reproduce/$(PAPER)_$(SCALE) (finished runs are kept); JOBS as for
+## compare; the baselines are tuned on the validation splits first, TUNE=0 runs every method at its config's values
+## (in $(PAPER)_$(SCALE)_untuned; docs/experiments.md, "Reproducing the papers")
 reproduce: $(STAMP)
 	$(PY) -m lightning_fl.reproduce --paper $(PAPER) --seeds $(SEEDS) --scale $(SCALE) \
-		--save-dir $(LOGS)/reproduce/$(PAPER)_$(SCALE)$(if $(TUNE),_tuned) $(if $(JOBS),--jobs $(JOBS)) $(if $(TUNE),--tune)
+		--save-dir $(LOGS)/reproduce/$(PAPER)_$(SCALE)$(if $(TUNE_OFF),_untuned) $(if $(JOBS),--jobs $(JOBS)) \
+		$(if $(TUNE_OFF),--no-tune)
 
 ## stragglers: FedProx Fig. 1 on Synthetic(1,1): FedAvg dropping FRACTION (default 0.9) stragglers vs FedProx mu=1
 ## and mu=0 keeping their partial work, over SEEDS seeds (a count, default 3, or a list 0,1,2); mean and spread per

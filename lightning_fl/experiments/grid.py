@@ -42,7 +42,7 @@ from lightning_fl.experiments.stats import Stats, seed_bands
 from lightning_fl.experiments.tuning import tune as tune_grids
 from lightning_fl.reporting.figures import band_curves_figure
 from lightning_fl.reporting.seed_figures import client_accuracy_figure
-from lightning_fl.validation import ConfigError, check_positive
+from lightning_fl.validation import ConfigError, check_choice, check_positive
 
 __all__ = ["GridResult", "run_grid"]
 
@@ -84,7 +84,8 @@ def _check(runs: Mapping[str, str], seeds: Sequence[int], jobs: int) -> None:
 
 def run_grid(runs: Mapping[str, str], seeds: Sequence[int], save_dir: Path, jobs: int | None = None,
              extra_args: Sequence[str] = (), *, tune: bool = False, tune_seed: int | None = None,
-             tune_metric: str = "val/acc_mean", vary_data_seed: bool = True, title: str = "",
+             tune_metric: str = "val/acc_mean", tune_methods: Sequence[str] | None = None,
+             tune_reference: str | None = None, vary_data_seed: bool = True, title: str = "",
              launcher: Callable[[Run], float] = launch) -> GridResult:
     """Train every config with every seed (finished runs are kept) and write the report files.
 
@@ -99,6 +100,10 @@ def run_grid(runs: Mapping[str, str], seeds: Sequence[int], save_dir: Path, jobs
         tune_seed: The seed of the selection runs (default ``max(seeds) + 1``: a seed the reported
             runs do not use, so the winner's luck on it does not enter the reported numbers).
         tune_metric: The ``val/*`` metric the selection maximises.
+        tune_methods: The methods tuned (default: all); the others run their configs as they are (a
+            paper's own method at the paper's hyperparameters).
+        tune_reference: ``None``: each tuned method searches its whole grid; a method name: the staged
+            search of :func:`~lightning_fl.experiments.tuning.tune` (it selects the client lr).
         vary_data_seed: Set ``data.init_args.seed`` to the seed where the config sets one (every seed
             a new partition, the same for all methods); ``False`` keeps the config's data.
         title: First line of ``comparison.md`` (e.g. the dataset).
@@ -119,8 +124,12 @@ def run_grid(runs: Mapping[str, str], seeds: Sequence[int], save_dir: Path, jobs
     configs, tuning = dict(runs), ""
     if tune:
         tune_seed = max(seeds) + 1 if tune_seed is None else tune_seed
-        configs, tuning = tune_grids(runs, save_dir, tune_seed, extra_args, jobs, threads, tune_metric, vary_data_seed,
-                                     launcher)
+        for method in tune_methods or ():
+            check_choice("tune_methods", method, list(runs))
+        chosen = {method: runs[method] for method in (runs if tune_methods is None else tune_methods)}
+        tuned, tuning = tune_grids(chosen, save_dir, tune_seed, extra_args, jobs, threads, tune_metric, vary_data_seed,
+                                   launcher, tune_reference)
+        configs |= tuned
     planned = plan_runs(configs, seeds, save_dir, extra_args, vary_data_seed, threads)
     run_all(planned, jobs, launcher)
 

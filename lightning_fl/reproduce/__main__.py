@@ -27,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="3", help="a count (3: seeds 0, 1, 2) or a list (0,1,2); default 3")
     parser.add_argument("--scale", default="small", help=f"one of {', '.join(SCALES)}; default small")
     parser.add_argument("--jobs", type=int, help="training processes at a time (default: one per core)")
-    parser.add_argument("--tune", action="store_true", help="select the baselines' settings on the validation splits")
+    parser.add_argument("--tune", action=argparse.BooleanOptionalAction, default=True,
+                        help="select the baselines' settings on the validation splits first (default; --no-tune: every"
+                             " method at its config's values)")
     parser.add_argument("--save-dir", type=Path, help="default lightning_logs/reproduce/<paper>_<scale>")
     parser.add_argument("--docs-dir", type=Path, default=Path("docs/reproduction"),
                         help="where <paper>.md is written (default docs/reproduction; never at scale smoke); 'none' to skip")
@@ -43,10 +45,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from lightning_fl.reproduce.runner import reproduce
 
-    save_dir = args.save_dir or Path("lightning_logs") / "reproduce" / f"{args.paper}_{args.scale}"
+    save_dir = args.save_dir or Path("lightning_logs") / "reproduce" / (f"{args.paper}_{args.scale}"
+                                                                        + ("" if args.tune else "_untuned"))
     # A smoke run checks the pipeline; its numbers mean nothing, so it never overwrites the docs.
     docs_dir = None if str(args.docs_dir).lower() == "none" or args.scale == "smoke" else args.docs_dir
-    command = f"make reproduce PAPER={args.paper} SEEDS={args.seeds} SCALE={args.scale}" + (" TUNE=1" if args.tune else "")
+    command = f"make reproduce PAPER={args.paper} SEEDS={args.seeds} SCALE={args.scale}" + ("" if args.tune else " TUNE=0")
     report, _ = reproduce(load_paper(args.paper), args.scale, seeds, save_dir, docs_dir, args.jobs, args.tune, command)
     print(report)
     return 0

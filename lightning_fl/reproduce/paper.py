@@ -23,7 +23,8 @@ class SettingResults:
     """The runs of one setting over the seeds, with accessors for a metric's value per run.
 
     ``run_seconds`` is each run's wall time as the runner recorded it when the run trained (a rerun
-    that only reads finished runs keeps the original times).
+    that only reads finished runs keeps the original times); ``tuned`` is ``{method: selected setting}``
+    (``client_lr=0.03,mu=0.1``) of the methods tuned on the validation splits.
     """
 
     setting: Setting
@@ -31,6 +32,7 @@ class SettingResults:
     rows: Sequence[Row]
     runs: Sequence[Run]
     run_seconds: Sequence[float] = ()
+    tuned: Mapping[str, str] = field(default_factory=dict)
 
     def _rows(self, method: str, seed: int, metric: str, stage: str) -> list[tuple[int, float]]:
         return sorted((r[3], r[6]) for r in self.rows if r[1] == method and r[2] == seed and r[4] == stage
@@ -113,8 +115,10 @@ class Paper:
         paper_values: ``{(setting, method, metric): number}`` as printed in the paper (report only).
         scaled_down: ``scaled_down(scale)``: what differs from the paper at a scale, one line each.
         methods_note: Where the methods' settings come from (the paper's, or tuned).
-        discussion: ``discussion(verdicts, values)``: the likely reasons behind the verdicts, written from
-            the measured values (``values[(setting, method, metric)]``: one per seed); ``""`` for none.
+        discussion: ``discussion(verdicts, values, tuned)``: the likely reasons behind the verdicts, written
+            from the measured values (``values[(setting, method, metric)]``: one per seed) and the tuned
+            selections (``tuned[setting][method]``, e.g. ``"client_lr=0.03,mu=0.1"``; empty when nothing was
+            tuned); ``""`` for none.
     """
 
     key: str
@@ -126,4 +130,5 @@ class Paper:
     paper_values: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
     scaled_down: Callable[[str], list[str]] = lambda scale: []
     methods_note: str = ""
-    discussion: Callable[[Sequence[Any], Mapping[tuple[str, str, str], Sequence[float]]], str] = lambda v, values: ""
+    discussion: Callable[[Sequence[Any], Mapping[tuple[str, str, str], Sequence[float]], Mapping[str, Mapping[str, str]]],
+                         str] = lambda verdicts, values, tuned: ""

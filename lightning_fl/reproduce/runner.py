@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lightning_fl.experiments.grid import run_grid
 from lightning_fl.experiments.runs import Run, launch
+from lightning_fl.experiments.tuning import point_label
 from lightning_fl.reproduce.claims import Verdict, judge
 from lightning_fl.reproduce.paper import Paper, SettingResults, best_of_values
 from lightning_fl.reproduce.report import render_report, setting_table
@@ -29,8 +30,16 @@ def _run_setting(paper: Paper, setting, seeds: Sequence[int], save_dir: Path, jo
     for method, base in setting.methods.items():
         changes = {**setting.common, **setting.changes.get(method, {})}
         configs[method] = str(derive_config(base, changes, folder / "configs" / f"{method}.yaml"))
-    grid = run_grid(configs, seeds, folder, jobs, tune=tune, title=f"{paper.title}: {setting.name}", launcher=launcher)
-    return SettingResults(setting, list(seeds), grid.rows, grid.runs, [float(r["seconds"]) for r in grid.records])
+    tune = tune and bool(setting.baselines)
+    grid = run_grid(configs, seeds, folder, jobs, tune=tune, tune_methods=setting.baselines,
+                    tune_reference=setting.baselines[0] if tune else None, title=f"{paper.title}: {setting.name}",
+                    launcher=launcher)
+    tuned = {}
+    if tune:
+        methods = json.loads((folder / "tuning.json").read_text())["methods"]
+        tuned = {method: point_label(result["selected"]) for method, result in methods.items()}
+    return SettingResults(setting, list(seeds), grid.rows, grid.runs, [float(r["seconds"]) for r in grid.records],
+                          tuned)
 
 
 def reproduce(paper: Paper, scale: str, seeds: Sequence[int], save_dir: Path, docs_dir: Path | None,
@@ -45,7 +54,9 @@ def reproduce(paper: Paper, scale: str, seeds: Sequence[int], save_dir: Path, do
         save_dir: Runs and the report go to ``<save_dir>/<setting>/`` and ``<save_dir>/report.md``.
         docs_dir: Also write the report to ``<docs_dir>/<paper>.md`` (``None``: don't).
         jobs: Training processes at a time (default: one per core).
-        tune: Select the baselines' hyperparameters on the validation splits first.
+        tune: Select each setting's baselines' hyperparameters on the validation splits first (the
+            staged search of :func:`~lightning_fl.experiments.tuning.tune`, on the seed after the
+            largest of ``seeds``); the paper's own methods keep the paper's.
         command: The command line shown in the report.
         launcher: Trains one run (tests may fake it).
 
@@ -62,6 +73,7 @@ def reproduce(paper: Paper, scale: str, seeds: Sequence[int], save_dir: Path, do
         sections.append((results, setting_table(paper, results, values)))
         for claim in (c for c in paper.claims if c.setting == setting.name and {c.ours, c.baseline} <= set(setting.reported)):
             verdicts.append(judge(claim, values[(claim.ours, claim.metric)], values[(claim.baseline, claim.metric)]))
+    tuned = {results.setting.name: results.tuned for results, _ in sections if results.tuned}
     # Wall time over every call of this reproduction (runs are resumable, so a later call may only report).
     timing = save_dir / "wall_time.json"
     before = json.loads(timing.read_text())["minutes"] if timing.is_file() else 0.0
@@ -72,7 +84,7 @@ def reproduce(paper: Paper, scale: str, seeds: Sequence[int], save_dir: Path, do
              f" `client_accuracy.png`: `{save_dir}/<setting>/`; TensorBoard: `tensorboard --logdir {save_dir}`.")
     run_minutes = sum(sum(results.run_seconds) for results, _ in sections) / 60
     report = render_report(paper, scale, seeds, sections, verdicts, command or f"make reproduce PAPER={paper.key}",
-                           minutes, files, run_minutes, tune, paper.discussion(verdicts, all_values))
+                           minutes, files, run_minutes, tune, paper.discussion(verdicts, all_values, tuned))
     save_dir.mkdir(parents=True, exist_ok=True)
     (save_dir / "report.md").write_text(report)
     if docs_dir is not None:

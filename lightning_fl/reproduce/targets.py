@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
+import yaml
+
+from lightning_fl.functional.system import transfer_seconds
 from lightning_fl.reproduce.paper import SettingResults
 
-__all__ = ["estimated_seconds_to_target", "last_scalar", "reached", "rounds_to_target", "target_result"]
+__all__ = ["estimated_seconds_to_target", "first_scalar", "last_scalar", "reached", "rounds_to_target",
+           "seconds_over_institution_link", "target_result"]
 
 #: The estimated deployment time that :class:`~lightning_fl.callbacks.CommunicationCost` logs every round.
 ELAPSED = "net/elapsed_seconds"
@@ -61,12 +66,40 @@ def estimated_seconds_to_target(results: SettingResults, method: str, seed: int)
     return last_scalar(results.log_dir(method, seed), ELAPSED)
 
 
-def last_scalar(log_dir: Path, tag: str) -> float:
-    """The value of ``tag`` at the last step the run's TensorBoard events hold.
+def seconds_over_institution_link(bandwidth_mbps: float, latency_ms: float
+                                  ) -> Callable[[SettingResults, str, int], float]:
+    """:func:`estimated_seconds_to_target` as if the institution-server link had ``bandwidth_mbps`` and ``latency_ms``.
+
+    The estimate counts, every global iteration, one download and one upload over that link
+    (:func:`~lightning_fl.callbacks.communication_cost.estimate_round_seconds`), the same bytes whatever
+    the link; so another link adds ``rounds x`` the difference of the two transfers' times, where
+    ``rounds`` is :func:`rounds_to_target` and each transfer's bytes are the run's
+    ``comm/institution_{down,up}_bytes`` over its institutions. The run's own link comes from its config.
 
     Raises:
-        KeyError: If the events have no such scalar.
+        KeyError: If the run has no institution link (not a three-layer run with
+            ``institution_bandwidth_mbps``) or no estimate.
     """
+
+    def value(results: SettingResults, method: str, seed: int) -> float:
+        [run] = [r for r in results.runs if r.method == method and r.seed == seed]
+        config = yaml.safe_load(Path(run.config).read_text())
+        costs = [c.get("init_args", {}) for c in config["trainer"]["callbacks"]
+                 if str(c.get("class_path", "")).endswith(".CommunicationCost")]
+        if not costs or costs[0].get("institution_bandwidth_mbps") is None:
+            raise KeyError(f"{method}, seed {seed}: no institution link in the config")
+        own = (costs[0]["institution_bandwidth_mbps"], costs[0].get("institution_latency_ms", 0.0))
+        institutions = config["model"]["hierarchy"]["num_institutions"]
+        delta = 0.0
+        for way in ("down", "up"):
+            size = round(first_scalar(run.log_dir, f"comm/institution_{way}_bytes") / institutions)
+            delta += transfer_seconds(size, bandwidth_mbps, latency_ms) - transfer_seconds(size, *own)
+        return estimated_seconds_to_target(results, method, seed) + rounds_to_target(results, method, seed) * delta
+
+    return value
+
+
+def _scalars(log_dir: Path, tag: str) -> list:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     # Only scalars are needed: skip the figures and histograms.
@@ -74,4 +107,18 @@ def last_scalar(log_dir: Path, tag: str) -> float:
     events.Reload()
     if tag not in events.Tags()["scalars"]:
         raise KeyError(f"{log_dir}: no scalar {tag}")
-    return max(events.Scalars(tag), key=lambda e: e.step).value
+    return sorted(events.Scalars(tag), key=lambda e: e.step)
+
+
+def first_scalar(log_dir: Path, tag: str) -> float:
+    """The value of ``tag`` at the first step the run's TensorBoard events hold (``KeyError``: none)."""
+    return float(_scalars(log_dir, tag)[0].value)
+
+
+def last_scalar(log_dir: Path, tag: str) -> float:
+    """The value of ``tag`` at the last step the run's TensorBoard events hold.
+
+    Raises:
+        KeyError: If the events have no such scalar.
+    """
+    return float(_scalars(log_dir, tag)[-1].value)

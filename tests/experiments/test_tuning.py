@@ -86,3 +86,27 @@ def _must_not_train(run: Run) -> float:
 def test_bad_tuning_input_fails_before_training(tmp_path, kwargs, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         tuning.tune(save_dir=tmp_path, seed=0, launcher=_must_not_train, **kwargs)
+
+
+def test_staged_search_tunes_the_reference_lr_then_each_methods_own_parameters(tmp_path):
+    # FedAvg (the reference) searches the client lr: the fake's optimum 0.01. FedProx then searches only mu at
+    # lr 0.01 (4 runs, not 16); FedFa has no parameter of its own, so it takes lr 0.01 without a run.
+    selected, report = tuning.tune({"FedAvg": FEDAVG, "FedProx": FEDPROX, "FedFa": FEDFA}, tmp_path, seed=3, jobs=1,
+                                   launcher=partial(launch, train=_fake_train), reference="FedAvg")
+    result = json.loads((tmp_path / "tuning.json").read_text())
+    assert result["reference"] == "FedAvg" and list(result["methods"]) == ["FedAvg", "FedProx", "FedFa"]
+    assert result["methods"]["FedAvg"]["selected"] == {"client_lr": 0.01}
+    fedprox = result["methods"]["FedProx"]
+    assert [e["setting"] for e in fedprox["grid"]] == [{"client_lr": 0.01, "mu": mu} for mu in (0.001, 0.01, 0.1, 1.0)]
+    assert fedprox["selected"] == {"client_lr": 0.01, "mu": 0.1}
+    assert result["methods"]["FedFa"]["grid"] == [{"setting": {"client_lr": 0.01}, "score": None}]
+    trained = sorted(p.parent.relative_to(tmp_path / "tuning").as_posix() for p in (tmp_path / "tuning").glob("*/*/seed_3"))
+    assert trained == [f"FedAvg/client_lr={lr:g}" for lr in (0.003, 0.01, 0.03, 0.1)] + \
+        [f"FedProx/client_lr=0.01,mu={mu:g}" for mu in (0.001, 0.01, 0.1, 1.0)]
+    assert yaml.safe_load(Path(selected["FedFa"]).read_text())["model"]["optimizer"]["init_args"]["lr"] == 0.01
+    assert "| **client_lr=0.01** | **not run** |" in report and "Staged: FedAvg selected the client lr" in report
+
+
+def test_a_staged_reference_must_be_one_of_the_methods(tmp_path):
+    with pytest.raises(ConfigError, match="tune reference must be one of FedProx; got 'FedAvg'"):
+        tuning.tune({"FedProx": FEDPROX}, tmp_path, seed=0, launcher=_must_not_train, reference="FedAvg")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning_fl.datamodules.partitions import Shards
+from lightning_fl.datamodules.partitions import PerClientDirichlet, Shards
 from torch.utils.tensorboard import SummaryWriter
 
 from lightning_fl.experiments.runs import Run
@@ -93,6 +93,24 @@ def test_the_papers_partitions_give_dwfed_fedavgs_weights(classes: int, emd: flo
     weights, degenerate = ish_weights(d, cohort_size=20)
     sizes = histograms.sum(dim=1)[cohort].double()
     assert not degenerate and torch.allclose(weights, sizes / sizes.sum(), rtol=1e-12, atol=0)
+
+
+def test_the_added_dirichlet_partition_gives_dwfed_weights_of_its_own() -> None:
+    # The extra setting (not in the paper): equal sizes, Dir(0.1) class mixes. A client's D_k is
+    # sum_c |q_kc - 0.1| (the population is uniform), computed here from its counts by hand; the weights
+    # must then differ from FedAvg's 1/K, and a client nearer the population must weigh more.
+    labels = torch.arange(6000) % 10
+    clients = PerClientDirichlet(rho=1.0, size=None)(labels, 100, torch.Generator().manual_seed(0))
+    assert {len(c) for c in clients} == {60}
+    histograms = torch.stack([torch.bincount(labels[c], minlength=10) for c in clients])
+    cohort = torch.arange(20)
+    by_hand = torch.tensor([sum(abs(int(n) / 60 - 0.1) for n in histograms[k]) for k in range(20)], dtype=torch.float64)
+    d = cohort_emd(histograms, cohort)
+    assert torch.allclose(d, by_hand, rtol=1e-12, atol=1e-12)
+    assert d.max() - d.min() > 0.2  # the devices' EMDs differ
+    weights, degenerate = ish_weights(d, cohort_size=20)
+    assert not degenerate and (weights - 1 / 20).abs().max() > 1e-3
+    assert weights[d.argmin()] > weights[d.argmax()]
 
 
 def test_every_claim_names_a_setting_metric_and_methods_of_each_scale() -> None:

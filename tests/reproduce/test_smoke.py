@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from functools import partial
+from pathlib import Path
 
 import pytest
 
-from lightning_fl.experiments.runs import Run, launch
+from lightning_fl.experiments.runs import FINISHED, Run, launch
 from lightning_fl.reproduce.__main__ import PAPERS, load_paper, main
 from lightning_fl.reproduce.runner import reproduce
 from tests.conftest import run_cli
@@ -38,3 +40,29 @@ def test_bad_arguments_are_one_line(capsys) -> None:
     assert capsys.readouterr().err.strip() == f"error: paper must be one of {', '.join(PAPERS)}; got 'fedavg'"
     assert main(["--paper", "fedfa", "--scale", "huge"]) == 2
     assert capsys.readouterr().err.strip() == "error: scale must be one of small, paper, smoke; got 'huge'"
+
+
+def test_a_tuned_reproduction_selects_the_baselines_on_validation_and_keeps_the_papers_method(tmp_path) -> None:
+    paper = load_paper("fedfa")
+    report, _ = reproduce(paper, "smoke", [0], tmp_path / "runs", None, jobs=1, tune=True,
+                          launcher=partial(launch, train=partial(_train_in_process)))
+    [setting] = paper.settings("smoke")
+    folder = tmp_path / "runs" / setting.folder
+    tuning = json.loads((folder / "tuning.json").read_text())
+    assert list(tuning["methods"]) == ["FedAvg"] and tuning["seed"] == 1  # the seed after the reported ones
+    lr = tuning["methods"]["FedAvg"]["selected"]["client_lr"]
+    assert f"Selected on the validation splits: FedAvg client_lr={lr:g} (" in report
+    assert "the claims are tested against tuned baselines" in report
+    runs = {(r["method"], Path(r["config"]).parent.name) for r in _run_configs(folder)}
+    assert runs == {("FedAvg", "tuned"), ("FedFa", "configs")}  # FedFa runs its config as derived
+    assert sorted(p.parent.name for p in (folder / "tuning" / "FedAvg").glob("*/seed_1")) == \
+        [f"client_lr={lr:g}" for lr in (0.003, 0.01, 0.03, 0.1)]
+
+
+def _run_configs(folder: Path) -> list[dict]:
+    """Each finished run's method and the config its command trained."""
+    out = []
+    for marker in folder.glob(f"*/seed_0/{FINISHED}"):
+        command = json.loads(marker.read_text())["command"]
+        out.append({"method": marker.parent.parent.name, "config": command[command.index("--config") + 1]})
+    return out

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from torch.utils.tensorboard import SummaryWriter
 
 from lightning_fl.experiments.runs import Run
@@ -15,6 +17,7 @@ from lightning_fl.reproduce.targets import (
     estimated_seconds_to_target,
     reached,
     rounds_to_target,
+    seconds_over_institution_link,
 )
 
 MONITOR = "test/acc_pooled"
@@ -53,3 +56,29 @@ def test_a_run_without_the_file_has_no_value(tmp_path) -> None:
     for metric in (reached, rounds_to_target, estimated_seconds_to_target):
         with pytest.raises(KeyError):
             metric(results, "A", 0)
+
+
+def test_time_over_another_institution_link_adds_the_transfer_difference_per_round(tmp_path) -> None:
+    # A three-layer run: 2 institutions, 10 Mbit/s + 50 ms to the server; its events say each round sent
+    # 2 x 250,000 bytes down and up (250,000 per institution). Target reached at round 4 after 7.25 s.
+    results = _results(tmp_path, {"round": 4, "estimated_seconds": 7.25}, [1.0, 2.0, 3.0, 7.25])
+    [run] = results.runs
+    with SummaryWriter(str(run.log_dir)) as writer:
+        for step in (1, 2):
+            writer.add_scalar("comm/institution_down_bytes", 500_000.0, step)
+            writer.add_scalar("comm/institution_up_bytes", 500_000.0, step)
+    config = tmp_path / "a.yaml"
+    config.write_text(yaml.safe_dump({
+        "trainer": {"callbacks": [{"class_path": "lightning_fl.callbacks.CommunicationCost", "init_args": {
+            "client_bandwidth_mbps": 100, "institution_bandwidth_mbps": 10, "institution_latency_ms": 50}}]},
+        "model": {"hierarchy": {"num_institutions": 2}}}))
+    results = SettingResults(results.setting, [0], results.rows, [replace(run, config=str(config))])
+    # By hand: 250,000 bytes = 2 Mbit: 0.2 s + 0.05 s at 10 Mbit/s, 2 s + 0.1 s at 1 Mbit/s and 100 ms;
+    # the difference (1.85 s) once down and once up, for each of the 4 rounds to the target.
+    value = seconds_over_institution_link(1.0, 100.0)(results, "A", 0)
+    assert value == pytest.approx(7.25 + 4 * 2 * 1.85)
+    assert seconds_over_institution_link(10.0, 50.0)(results, "A", 0) == pytest.approx(7.25)  # the run's own link
+    flat = SettingResults(results.setting, [0], results.rows, [replace(run, config=str(tmp_path / "b.yaml"))])
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump({"trainer": {"callbacks": []}, "model": {}}))
+    with pytest.raises(KeyError):  # a flat run has no institution link
+        seconds_over_institution_link(1.0, 100.0)(flat, "A", 0)
