@@ -135,17 +135,26 @@ def _discussion(verdicts, values, tuned) -> str:
     fedavg, fedprox = _mean(values, ("Synthetic(1,1)", "FedAvg", "average")), _mean(values, ("Synthetic(1,1)", "FedProx", "average"))
     if fedavg is not None and fedprox is not None and abs(fedavg - fedprox) < 1.0:
         selected = tuned.get("Synthetic(1,1)", {}).get("FedProx")
-        why = (f"the validation splits selected {selected} for it, so the proximal term barely acts at E = 2" if selected
+        why = (f"the validation splits selected {selected} for it; at a small lr and E = 2 the local models drift"
+               " little from the global one, so the proximal term has little to pull back" if selected
                else "with the config's mu = 0.01 the proximal term barely acts at E = 2, and the baselines were not"
                     " tuned (`TUNE=0`)")
         lines.append(f"FedProx ({fedprox:.1f}%) is within a point of FedAvg ({fedavg:.1f}%) on Synthetic(1,1): {why}.")
     iid = [v for v in verdicts if v.claim.setting == "Synthetic-IID"]
     if iid and iid[0].verdict != "reproduced":
         avg, fa = _mean(values, ("Synthetic-IID", "FedAvg", "average")), _mean(values, ("Synthetic-IID", "FedFa", "average"))
-        lines.append(f"Synthetic-IID: the paper has FedAvg slightly ahead of FedFa (89.1% against 85.7%); here FedAvg"
-                     f" reaches {avg:.1f}% and FedFa {fa:.1f}%. Likely reason: at this scale (E = 2, 60 rounds) FedAvg"
-                     " has not converged (the paper's 89% is near convergence), and FedFa's double momentum converges"
-                     " faster, so the ranking of converged models is not what a short run measures.")
+        if avg > fa:
+            lr = tuned.get("Synthetic-IID", {}).get("FedAvg")
+            lines.append(f"Synthetic-IID: as in the paper, FedAvg is ahead of FedFa ({avg:.1f}% against {fa:.1f}%; the"
+                         " paper: 89.1% against 85.7%), but the gap varies across seeds (a new federation each), so"
+                         " three seeds leave an interval that includes 0. FedFa runs at the configs' lr 0.01 with"
+                         " momentum" + (f", FedAvg at the {lr} its validation splits selected." if lr else "."))
+        else:
+            lines.append(f"Synthetic-IID: the paper has FedAvg slightly ahead of FedFa (89.1% against 85.7%); here"
+                         f" FedAvg reaches {avg:.1f}% and FedFa {fa:.1f}%. Likely reason: at this scale (E = 2, 60"
+                         " rounds) FedAvg has not converged (the paper's 89% is near convergence), and FedFa's double"
+                         " momentum converges faster, so the ranking of converged models is not what a short run"
+                         " measures.")
     return "\n\n".join(lines)
 
 
