@@ -69,7 +69,7 @@ def _settings(scale: str) -> list[Setting]:
         common = {"trainer.max_epochs": 2, "trainer.check_val_every_n_epoch": 1, "data.init_args.num_clients": 6,
                   "data.init_args.max_samples_per_client": 40, "model.clients_per_round": 3, "model.local_epochs": 1}
         return [Setting("Synthetic(1,1)", {m: METHODS[m] for m in ("FedAvg", "FedFa")},
-                        {**common, "data.init_args.variant": "1_1"}, baselines=("FedAvg",))]
+                        {**common, "data.init_args.variant": "1_1"}, tuned_methods=("FedAvg",))]
     settings = []
     for name, variant in VARIANTS.items():
         common = {"data.init_args.variant": variant, "trainer.check_val_every_n_epoch": 5}
@@ -87,7 +87,7 @@ def _settings(scale: str) -> list[Setting]:
             fedfa = {"model.optimizer.init_args.lr": 0.0001, "model.optimizer.init_args.momentum": client_momentum}
             changes = {"FedFa": {**figures["FedFa"], **fedfa}, "FedFa-mo": {**figures["FedFa-mo"], **fedfa},
                        "FedProx": {"callbacks.FedProx.mu": 1.0}}
-        settings.append(Setting(name, METHODS, common, changes, baselines=BASELINES))
+        settings.append(Setting(name, METHODS, common, changes, tuned_methods=BASELINES))
     return settings
 
 

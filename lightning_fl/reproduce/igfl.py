@@ -143,13 +143,13 @@ def _settings(scale: str) -> list[Setting]:
                                    "init_args": {"in_features": 64, "num_classes": 10}}}
         methods = _methods(1)
         return [Setting(setting_name("Fashion-MNIST", 1), {m: BASE for m in ("FedAvg", "IGFL")}, common,
-                        {m: methods[m] for m in ("FedAvg", "IGFL")}, baselines=("FedAvg",))]
+                        {m: methods[m] for m in ("FedAvg", "IGFL")}, tuned_methods=("FedAvg",))]
     if scale == "small":
         methods = _methods(SMALL_ROUNDS // 10)
         names = ("FedAvg", "FedProx", "IGFL-C", "IGFL")
         return [Setting(setting_name("Fashion-MNIST", 1), {m: BASE for m in names},
                         {**_common(SMALL_ROUNDS, 1, 10), "data.init_args.subsample": 0.2},
-                        {m: methods[m] for m in names}, baselines=("FedAvg", "FedProx"))]
+                        {m: methods[m] for m in names}, tuned_methods=("FedAvg", "FedProx"))]
     datasets = {"Fashion-MNIST": {"data.init_args.subsample": 1.0}}
     if cifar10_present():
         datasets["CIFAR-10"] = {"data.init_args.subsample": 1.0,
@@ -161,7 +161,7 @@ def _settings(scale: str) -> list[Setting]:
         for epochs, rounds in _PAPER_ROUNDS.items():
             methods = _methods(rounds // 10)
             settings.append(Setting(setting_name(data, epochs), {m: BASE for m in methods},
-                                    {**_common(rounds, epochs, 100), **changes}, methods, baselines=BASELINES))
+                                    {**_common(rounds, epochs, 100), **changes}, methods, tuned_methods=BASELINES))
     return settings
 
 

@@ -60,14 +60,15 @@ def _hyperparameters(sections: Sequence[tuple[SettingResults, str]], tune: bool,
         return ("Hyperparameters: the configs' as listed above, nothing tuned (`TUNE=0`; by default the baselines"
                 " are selected on the validation splits first, docs/experiments.md, \"Fair baselines\").")
     if not any(results.tuned for results, _ in sections):
-        return "Hyperparameters: nothing to tune here (no setting names baselines to tune; see above)."
+        return "Hyperparameters: nothing to tune here (no setting names methods to tune; see above)."
     return ("Hyperparameters: the baselines' were selected on the validation splits first, never on test"
-            f" (docs/experiments.md, \"Fair baselines\"), each from one run per setting on seed {seed} (no reported run uses it): the first"
-            " baseline (FedAvg) selects the client lr over 0.003, 0.01, 0.03 and 0.1, then every other baseline"
-            " its own parameters at that lr (FedProx mu, q-FFL q, a server lr), the protocol of the FedProx and"
-            " q-FFL papers; the selections are listed under each setting's table. The paper's own methods run"
-            " at the paper's hyperparameters, so the claims are tested against tuned baselines (`TUNE=0`: every"
-            " method at the configs' values).")
+            f" (docs/experiments.md, \"Fair baselines\"), each from one run per setting on seed {seed} (no reported"
+            " run uses it): the first baseline (FedAvg) selects the client lr over 0.003, 0.01, 0.03 and 0.1, then"
+            " every other baseline its own parameters at that lr (FedProx mu, q-FFL q, a server lr), the protocol of"
+            " the FedProx and q-FFL papers; the selections are listed under each setting's table. The paper's own"
+            " methods run at the paper's hyperparameters (where the paper uses one lr for every method, they take"
+            " the selected lr too), so the claims are tested against tuned baselines (`TUNE=0`: every"
+" method at the configs' values).")
 
 
 def render_report(paper: Paper, scale: str, seeds: Sequence[int], sections: Sequence[tuple[SettingResults, str]],

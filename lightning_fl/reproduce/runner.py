@@ -30,9 +30,9 @@ def _run_setting(paper: Paper, setting, seeds: Sequence[int], save_dir: Path, jo
     for method, base in setting.methods.items():
         changes = {**setting.common, **setting.changes.get(method, {})}
         configs[method] = str(derive_config(base, changes, folder / "configs" / f"{method}.yaml"))
-    tune = tune and bool(setting.baselines)
-    grid = run_grid(configs, seeds, folder, jobs, tune=tune, tune_methods=setting.baselines,
-                    tune_reference=setting.baselines[0] if tune else None, title=f"{paper.title}: {setting.name}",
+    tune = tune and bool(setting.tuned_methods)
+    grid = run_grid(configs, seeds, folder, jobs, tune=tune, tune_methods=setting.tuned_methods,
+                    tune_reference=setting.tuned_methods[0] if tune else None, title=f"{paper.title}: {setting.name}",
                     launcher=launcher)
     tuned = {}
     if tune:

@@ -36,14 +36,16 @@ class Setting:
             method, its value per seed and metric being the best of its members' (the highest where
             higher is better, else the lowest), e.g. a baseline a paper reports at its best setting
             ("the least time over tau_c 4, 6, 8"). Nothing trains for it.
-        baselines: The methods whose hyperparameters a tuned reproduction selects on the validation
+        tuned_methods: The methods whose hyperparameters a tuned reproduction selects on the validation
             splits, the first selecting the client lr for the rest (the staged search of
-            :func:`~lightning_fl.experiments.tuning.tune`); the paper's own methods are not listed and
-            run at the paper's hyperparameters. Empty: nothing is tuned in this setting.
+            :func:`~lightning_fl.experiments.tuning.tune`): the baselines, and a method of the paper
+            only where the paper uses one lr for every method (Tempo: it then takes the selected lr,
+            having no parameter of its own). The others run at the paper's hyperparameters. Empty:
+            nothing is tuned in this setting.
 
     Raises:
-        ConfigError: If a ``best_of`` name is also a method or a member is not one, or a baseline is not
-            a method.
+        ConfigError: If a ``best_of`` name is also a method or a member is not one, or a tuned method is
+            not a method.
     """
 
     name: str
@@ -51,12 +53,12 @@ class Setting:
     common: Mapping[str, Any] = field(default_factory=dict)
     changes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     best_of: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    baselines: Sequence[str] = ()
+    tuned_methods: Sequence[str] = ()
 
     def __post_init__(self) -> None:
-        unknown = [m for m in self.baselines if m not in self.methods]
+        unknown = [m for m in self.tuned_methods if m not in self.methods]
         if unknown:
-            raise ConfigError(f"baselines: {unknown} are not methods of the setting ({', '.join(self.methods)})")
+            raise ConfigError(f"tuned_methods: {unknown} are not methods of the setting ({', '.join(self.methods)})")
         for name, members in self.best_of.items():
             unknown = [m for m in members if m not in self.methods]
             if name in self.methods or not members or unknown:
