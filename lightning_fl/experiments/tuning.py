@@ -28,7 +28,7 @@ import yaml
 from lightning_fl.experiments.runs import Run, launch, plan_runs, run_all
 from lightning_fl.validation import ConfigError, check_choice
 
-__all__ = ["DEFAULT_GRID", "GRIDS", "TUNE_METRICS", "aggregation_of", "grid_for", "own_grid", "point_label",
+__all__ = ["DEFAULT_GRID", "GRIDS", "TUNE_METRICS", "aggregation_of", "at_grid_edge", "grid_for", "own_grid", "point_label",
            "select", "tune", "tuning_markdown", "val_score", "write_point_config"]
 
 #: Client learning rates tried for every method (half-decade steps around the configs' 0.01).
@@ -126,6 +126,21 @@ def select(scores: Sequence[tuple[Mapping[str, float], float | None]]) -> int | 
     return max(valid, key=lambda item: (item[1], -item[0]))[0] if valid else None
 
 
+def at_grid_edge(selected: Mapping[str, float], grid: Sequence[Mapping[str, float]]) -> list[str]:
+    """The keys of ``selected`` at the smallest or largest value the grid tried, where it tried several.
+
+    Example:
+        >>> at_grid_edge({"client_lr": 0.1, "mu": 0.01}, [{"client_lr": lr, "mu": 0.01} for lr in (0.01, 0.1)])
+        ['client_lr']
+    """
+    edges = []
+    for key, value in selected.items():
+        tried = {point[key] for point in grid if key in point}
+        if len(tried) > 1 and value in (min(tried), max(tried)):
+            edges.append(key)
+    return edges
+
+
 def tuning_markdown(results: Mapping[str, Mapping[str, Any]], metric: str, seed: int, reference: str | None = None) -> str:
     """The grids' validation scores per method, the selected setting in bold."""
     staged = (f" Staged: {reference} selected the client lr, the others their own parameters at that lr"
@@ -134,6 +149,9 @@ def tuning_markdown(results: Mapping[str, Mapping[str, Any]], metric: str, seed:
              ""]
     for method, result in results.items():
         chosen = point_label(result["selected"]) if result["selected"] else "nothing (every setting failed)"
+        edges = at_grid_edge(result["selected"], [entry["setting"] for entry in result["grid"]])
+        if edges:
+            chosen += f" ({', '.join(edges)} at the edge of the grid: a wider grid may do better)"
         lines += [f"{method} ({result['aggregation'] or 'default grid'}): selected {chosen}", "",
                   f"| Setting | {metric} |", "| :--- | ---: |"]
         for entry in result["grid"]:

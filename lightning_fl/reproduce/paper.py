@@ -24,7 +24,8 @@ class SettingResults:
 
     ``run_seconds`` is each run's wall time as the runner recorded it when the run trained (a rerun
     that only reads finished runs keeps the original times); ``tuned`` is ``{method: selected setting}``
-    (``client_lr=0.03,mu=0.1``) of the methods tuned on the validation splits.
+    (``client_lr=0.03,mu=0.1``) of the methods tuned on the validation splits, and ``tuned_at_edge``
+    ``{method: keys}`` of the selected values at the smallest or largest value their grid tried.
     """
 
     setting: Setting
@@ -33,6 +34,7 @@ class SettingResults:
     runs: Sequence[Run]
     run_seconds: Sequence[float] = ()
     tuned: Mapping[str, str] = field(default_factory=dict)
+    tuned_at_edge: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     def _rows(self, method: str, seed: int, metric: str, stage: str) -> list[tuple[int, float]]:
         return sorted((r[3], r[6]) for r in self.rows if r[1] == method and r[2] == seed and r[4] == stage

@@ -98,8 +98,10 @@ def render_report(paper: Paper, scale: str, seeds: Sequence[int], sections: Sequ
         parts.append(f"### {results.setting.name}\n\n{table}")
         if results.tuned:
             chosen = "; ".join(f"{method} {point}" for method, point in results.tuned.items())
+            edges = "; ".join(f"{method}'s {', '.join(keys)}" for method, keys in results.tuned_at_edge.items())
+            edge_note = f" At the edge of its grid (a wider grid may do better): {edges}." if edges else ""
             parts.append(f"Selected on the validation splits: {chosen} (`{results.setting.folder}/tuning.md` holds"
-                         " every setting's score).\n")
+                         f" every setting's score).{edge_note}\n")
     parts.append("## Claims\n")
     parts.append("A claim is **reproduced** when the per-seed difference in its direction has a 95% Student t"
                  " interval above 0 and, where the paper prints both numbers, a mean at least half the paper's;"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from lightning_fl.experiments.grid import run_grid
 from lightning_fl.experiments.runs import Run, launch
-from lightning_fl.experiments.tuning import point_label
+from lightning_fl.experiments.tuning import at_grid_edge, point_label
 from lightning_fl.reproduce.claims import Verdict, judge
 from lightning_fl.reproduce.paper import Paper, SettingResults, best_of_values
 from lightning_fl.reproduce.report import render_report, setting_table
@@ -34,12 +34,14 @@ def _run_setting(paper: Paper, setting, seeds: Sequence[int], save_dir: Path, jo
     grid = run_grid(configs, seeds, folder, jobs, tune=tune, tune_methods=setting.tuned_methods,
                     tune_reference=setting.tuned_methods[0] if tune else None, title=f"{paper.title}: {setting.name}",
                     launcher=launcher)
-    tuned = {}
+    tuned, edges = {}, {}
     if tune:
         methods = json.loads((folder / "tuning.json").read_text())["methods"]
         tuned = {method: point_label(result["selected"]) for method, result in methods.items()}
+        edges = {method: keys for method, result in methods.items()
+                 if (keys := at_grid_edge(result["selected"], [entry["setting"] for entry in result["grid"]]))}
     return SettingResults(setting, list(seeds), grid.rows, grid.runs, [float(r["seconds"]) for r in grid.records],
-                          tuned)
+                          tuned, edges)
 
 
 def reproduce(paper: Paper, scale: str, seeds: Sequence[int], save_dir: Path, docs_dir: Path | None,

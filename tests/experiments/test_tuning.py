@@ -105,6 +105,19 @@ def test_staged_search_tunes_the_reference_lr_then_each_methods_own_parameters(t
         [f"FedProx/client_lr=0.01,mu={mu:g}" for mu in (0.001, 0.01, 0.1, 1.0)]
     assert yaml.safe_load(Path(selected["FedFa"]).read_text())["model"]["optimizer"]["init_args"]["lr"] == 0.01
     assert "| **client_lr=0.01** | **not run** |" in report and "Staged: FedAvg selected the client lr" in report
+    # lr 0.01 is inside 0.003..0.1 and mu 0.1 inside 0.001..1: no edge warning; FedFa tried one lr only.
+    assert "edge of the grid" not in report
+
+
+@pytest.mark.parametrize(("selected", "edges"), [
+    ({"client_lr": 0.003, "mu": 1.0}, ["client_lr", "mu"]),  # both at an end of what was tried
+    ({"client_lr": 0.03, "mu": 0.01}, []),  # both inside
+    ({"client_lr": 0.1, "mu": 0.1}, ["client_lr"]),
+])
+def test_a_selection_at_the_end_of_its_grid_is_flagged(selected, edges):
+    grid = tuning.grid_for(FEDPROX)  # lr 0.003..0.1 x mu 0.001..1
+    assert tuning.at_grid_edge(selected, grid) == edges
+    assert tuning.at_grid_edge({"client_lr": 0.01}, [{"client_lr": 0.01}]) == []  # one value tried: no edge
 
 
 def test_a_staged_reference_must_be_one_of_the_methods(tmp_path):

@@ -52,6 +52,8 @@ def test_a_tuned_reproduction_selects_the_baselines_on_validation_and_keeps_the_
     assert list(tuning["methods"]) == ["FedAvg"] and tuning["seed"] == 1  # the seed after the reported ones
     lr = tuning["methods"]["FedAvg"]["selected"]["client_lr"]
     assert f"Selected on the validation splits: FedAvg client_lr={lr:g} (" in report
+    at_edge = lr in (0.003, 0.1)  # the ends of the client lr grid
+    assert ("At the edge of its grid (a wider grid may do better): FedAvg's client_lr." in report) == at_edge
     assert "the claims are tested against tuned baselines" in report
     runs = {(r["method"], Path(r["config"]).parent.name) for r in _run_configs(folder)}
     assert runs == {("FedAvg", "tuned"), ("FedFa", "configs")}  # FedFa runs its config as derived
