@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from lightning_fl.experiments.run_info import read_scalars
 from lightning_fl.experiments.runs import (
     Run,
     is_finished,
@@ -57,16 +58,6 @@ METRICS: dict[str, str] = {
 DEFAULT_METHODS = ("FedAvg-drop=configs/stragglers/fedavg_drop.yaml",
                    "FedProx-mu1-partial=configs/stragglers/fedprox_partial.yaml",
                    "FedProx-mu0-partial=configs/stragglers/fedprox_mu0_partial.yaml")
-
-
-def read_scalars(log_dir: Path, tags: Iterable[str]) -> dict[str, dict[int, float]]:
-    """``{tag: {step: value}}`` from the TensorBoard event files in ``log_dir`` (absent tags: empty)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
-    events.Reload()
-    present = set(events.Tags()["scalars"])
-    return {tag: {e.step: e.value for e in events.Scalars(tag)} if tag in present else {} for tag in tags}
 
 
 def collect(runs: Iterable[Run], metrics: Mapping[str, str] = METRICS) -> list[tuple[str, int, int, str, float]]:

@@ -21,7 +21,21 @@ from lightning_fl.experiments.runs import FINISHED, Run
 from lightning_fl.experiments.stats import stats
 from lightning_fl.hparams import METRIC_TAGS
 
-__all__ = ["hparams_problems", "read_events", "run_record", "target_markdown", "timing_markdown", "write_records"]
+__all__ = ["hparams_problems", "read_events", "read_scalars", "run_record", "target_markdown", "timing_markdown",
+           "write_records"]
+
+#: What an event reader keeps: every scalar, and one of each other kind (the figures and histograms are skipped).
+SCALARS_ONLY = {"scalars": 0, "images": 1, "histograms": 1, "tensors": 1}
+
+
+def read_scalars(log_dir: Path, tags: Iterable[str]) -> dict[str, dict[int, float]]:
+    """``{tag: {step: value}}`` from the TensorBoard event files in ``log_dir`` (absent tags: empty), one read."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir), size_guidance=SCALARS_ONLY)
+    events.Reload()
+    present = set(events.Tags()["scalars"])
+    return {tag: {e.step: e.value for e in events.Scalars(tag)} if tag in present else {} for tag in tags}
 
 
 def read_events(log_dir: Path) -> tuple[dict[str, float], dict[int, float], dict[str, Any]]:
@@ -30,7 +44,7 @@ def read_events(log_dir: Path) -> tuple[dict[str, float], dict[int, float], dict
     from tensorboard.plugins.hparams import plugin_data_pb2
 
     # Only scalars and the plugin data are needed: skip the figures and histograms.
-    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "images": 1, "histograms": 1, "tensors": 1})
+    events = EventAccumulator(str(log_dir), size_guidance=SCALARS_ONLY)
     events.Reload()
     tags = set(events.Tags()["scalars"])
     latest = {tag: events.Scalars(tag)[-1].value for tag in METRIC_TAGS if tag in tags}

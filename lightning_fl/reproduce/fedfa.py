@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from statistics import fmean
+
 from lightning_fl.reproduce.claims import Claim
 from lightning_fl.reproduce.paper import Metric, Paper
 from lightning_fl.reproduce.settings import Setting
@@ -111,7 +113,7 @@ def _scaled_down(scale: str) -> list[str]:
 
 
 def _mean(values, key) -> float | None:
-    return sum(values[key]) / len(values[key]) if key in values else None
+    return fmean(values[key]) if key in values else None
 
 
 def _discussion(verdicts, values, tuned) -> str:

@@ -8,6 +8,7 @@ Paper metrics). It is computed here from each run's evaluations, which the confi
 from __future__ import annotations
 
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 from lightning_fl.functional.fairness import last_rounds_count, mean_over_last_rounds
@@ -203,18 +204,14 @@ def _scaled_down(scale: str) -> list[str]:
     return lines
 
 
-def _mean(values) -> float:
-    return sum(values) / len(values)
-
-
 def _discussion(verdicts, values, tuned) -> str:
     """Likely reasons behind verdicts short of "reproduced", from the measured values and the selections."""
     lines = []
     for v in verdicts:
         if v.verdict == "reproduced" or v.claim.paper_gap is None:
             continue
-        ours = _mean(values[(v.claim.setting, v.claim.ours, "accuracy")])
-        base = _mean(values[(v.claim.setting, v.claim.baseline, "accuracy")])
+        ours = fmean(values[(v.claim.setting, v.claim.ours, "accuracy")])
+        base = fmean(values[(v.claim.setting, v.claim.baseline, "accuracy")])
         selected = tuned.get(v.claim.setting, {}).get(v.claim.baseline)
         lines.append(f"{v.claim.ours} against {v.claim.baseline} on {v.claim.setting}: {ours:.2f}% against {base:.2f}%, a"
                      f" gap of {ours - base:+.2f} points where the paper has {v.claim.paper_gap:+.2f}"

@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from lightning_fl.experiments.stats import Stats, stats
+from lightning_fl.experiments.tuning import CLIENT_LR
 from lightning_fl.reproduce.claims import Verdict
 from lightning_fl.reproduce.paper import Paper, SettingResults
 
@@ -63,7 +64,7 @@ def _hyperparameters(sections: Sequence[tuple[SettingResults, str]], tune: bool,
         return "Hyperparameters: nothing to tune here (no setting names methods to tune; see above)."
     return ("Hyperparameters: the baselines' were selected on the validation splits first, never on test"
             f" (docs/experiments.md, \"Fair baselines\"), each from one run per setting on seed {seed} (no reported"
-            " run uses it): the first baseline (FedAvg) selects the client lr over 0.003, 0.01, 0.03 and 0.1, then"
+            f" run uses it): the first baseline (FedAvg) selects the client lr over {', '.join(map(str, CLIENT_LR))}, then"
             " every other baseline its own parameters at that lr (FedProx mu, q-FFL q, a server lr), the protocol of"
             " the FedProx and q-FFL papers; the selections are listed under each setting's table. The paper's own"
             " methods run at the paper's hyperparameters (where the paper uses one lr for every method, they take"

@@ -15,12 +15,13 @@ Each function has the signature of :attr:`~lightning_fl.reproduce.paper.Metric.v
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from lightning_fl.experiments.run_info import read_scalars
 from lightning_fl.functional.system import transfer_seconds
 from lightning_fl.reproduce.paper import SettingResults
 
@@ -91,28 +92,26 @@ def seconds_over_institution_link(bandwidth_mbps: float, latency_ms: float
         own = (costs[0]["institution_bandwidth_mbps"], costs[0].get("institution_latency_ms", 0.0))
         institutions = config["model"]["hierarchy"]["num_institutions"]
         delta = 0.0
-        for way in ("down", "up"):
-            size = round(first_scalar(run.log_dir, f"comm/institution_{way}_bytes") / institutions)
+        for series in _series(run.log_dir, "comm/institution_down_bytes", "comm/institution_up_bytes"):
+            size = round(series[0] / institutions)
             delta += transfer_seconds(size, bandwidth_mbps, latency_ms) - transfer_seconds(size, *own)
         return estimated_seconds_to_target(results, method, seed) + rounds_to_target(results, method, seed) * delta
 
     return value
 
 
-def _scalars(log_dir: Path, tag: str) -> list:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    # Only scalars are needed: skip the figures and histograms.
-    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "images": 1, "histograms": 1, "tensors": 1})
-    events.Reload()
-    if tag not in events.Tags()["scalars"]:
-        raise KeyError(f"{log_dir}: no scalar {tag}")
-    return sorted(events.Scalars(tag), key=lambda e: e.step)
+def _series(log_dir: Path, *tags: str) -> list[list[float]]:
+    """Each tag's values in step order, from one read of the run's events (``KeyError``: a tag is absent)."""
+    scalars = read_scalars(log_dir, tags)
+    missing = [tag for tag in tags if not scalars[tag]]
+    if missing:
+        raise KeyError(f"{log_dir}: no scalar {', '.join(missing)}")
+    return [[series[step] for step in sorted(series)] for series in (scalars[tag] for tag in tags)]
 
 
 def first_scalar(log_dir: Path, tag: str) -> float:
     """The value of ``tag`` at the first step the run's TensorBoard events hold (``KeyError``: none)."""
-    return float(_scalars(log_dir, tag)[0].value)
+    return float(_series(log_dir, tag)[0][0])
 
 
 def last_scalar(log_dir: Path, tag: str) -> float:
@@ -121,4 +120,4 @@ def last_scalar(log_dir: Path, tag: str) -> float:
     Raises:
         KeyError: If the events have no such scalar.
     """
-    return float(_scalars(log_dir, tag)[-1].value)
+    return float(_series(log_dir, tag)[0][-1])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 import yaml
@@ -155,7 +156,7 @@ def _discussion(verdicts, values, tuned) -> str:
     """Tempo against each fixed tau_c and against the per-seed best of them, from the measured values."""
     def mean(method: str, key: str) -> float | None:
         v = values.get(("Dir(0.1)", method, key))
-        return sum(v) / len(v) if v else None
+        return fmean(v) if v else None
 
     tempo, rounds = mean("Tempo", "seconds_wan"), mean("Tempo", "rounds")
     members = {m: mean(m, "seconds_wan") for m in BEST["FedAdp-best"]}
