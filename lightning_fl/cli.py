@@ -17,6 +17,7 @@ from lightning_fl.datamodules.partitions.config_errors import partition_config_e
 from lightning_fl.distributed import RankFailure
 from lightning_fl.loop import FederatedLoop, check_precision, check_strategy
 from lightning_fl.out_of_memory import OutOfMemory, explain_out_of_memory, memory_failure
+from lightning_fl.preemption import Preemption
 from lightning_fl.validation import CheckpointError, CheckpointWriteError, ConfigError, DivergenceError
 
 # One "batch" (a round ticket) per epoch by design: no workers needed, nothing to log per batch.
@@ -45,6 +46,8 @@ class _NoAdverts(logging.Filter):
 
 
 logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(_NoAdverts())
+# "[rank: 0] Received SIGTERM: 15": lightning_fl.preemption says what the signal does instead.
+logging.getLogger("pytorch_lightning.trainer.connectors.signal_connector").setLevel(logging.WARNING)
 
 #: ``ckpt_path`` values that name no file: Lightning resolves them when training starts.
 _CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
@@ -104,6 +107,8 @@ class FederatedCLI(LightningCLI):
         if not ckpt_path or str(ckpt_path) in _CKPT_KEYWORDS or not _is_local_file_protocol(str(ckpt_path)):
             return
         checkpoint = AtomicCheckpointIO().load_checkpoint(ckpt_path, map_location="cpu", weights_only=True)
+        if subcommand == "fit":
+            check_rounds_left(checkpoint, self.config[subcommand].get("trainer", {}), str(ckpt_path))
         if checkpoint.get("hyper_parameters"):
             super()._parse_ckpt_path()
 
@@ -148,6 +153,32 @@ def continue_run_directory(logger: Any, ckpt_path: str) -> None:
         init_args["version"] = int(run_dir.name[len("version_"):])
 
 
+class NothingToTrain(Exception):
+    """``fit`` resumed a checkpoint that already holds every round asked for: a finished run, not an error."""
+
+
+def check_rounds_left(checkpoint: dict[str, Any], trainer: Any, ckpt_path: str) -> None:
+    """Compare the checkpoint's completed rounds with ``trainer.max_epochs`` before anything is built.
+
+    Raises:
+        NothingToTrain: The checkpoint holds exactly ``max_epochs`` rounds (the CLI says so and exits 0).
+        ConfigError: ``max_epochs`` is below the checkpoint's rounds (a run cannot be trained backwards).
+    """
+    federated = checkpoint.get("federated")
+    done = federated.get("rounds_completed") if isinstance(federated, dict) else None
+    max_epochs = trainer.get("max_epochs")
+    if max_epochs is None and trainer.get("max_steps", -1) == -1:
+        max_epochs = 1000  # Lightning's default when neither limit is set
+    if not isinstance(done, int) or not isinstance(max_epochs, int) or max_epochs > done:
+        return
+    if max_epochs == done:
+        raise NothingToTrain(f"{ckpt_path} already holds all {done} rounds of trainer.max_epochs {max_epochs}; nothing"
+                             f" to train (raise --trainer.max_epochs above {done} to train on, or evaluate it with"
+                             " validate/test)")
+    raise ConfigError(f"trainer.max_epochs is {max_epochs}, below the {done} rounds {ckpt_path} already holds; set"
+                      f" --trainer.max_epochs above {done} to train on (rounds cannot be undone)")
+
+
 def _root_cause(err: BaseException, kind: type[BaseException]) -> BaseException | None:
     """The first ``kind`` exception in ``err``'s cause/context chain (jsonargparse wraps init errors)."""
     seen: set[int] = set()
@@ -164,11 +195,30 @@ def main(args: list[str] | None = None) -> None:
 
     Exit codes: 2 for an invalid configuration or an unreadable ``--ckpt_path`` (nothing was
     trained), 1 for a run that stopped: diverged, out of memory, a rank lost, a checkpoint that could
-    not be written (the checkpoints written before are kept).
+    not be written (the checkpoints written before are kept); ``128 + signal`` for a run stopped by
+    SIGTERM, SIGINT or SIGUSR1 (:mod:`lightning_fl.preemption`: ``last.ckpt`` holds the last completed
+    round). 0 also when ``--ckpt_path`` already holds every round asked for (one line says so).
     """
+    argv = list(sys.argv[1:] if args is None else args)
+    preemption = Preemption.instance()
+    preemption.install()
+    try:
+        _run(args, preemption, argv)
+    finally:
+        preemption.uninstall()
+
+
+def _run(args: list[str] | None, preemption: Preemption, argv: list[str]) -> None:
     try:
         FederatedCLI(args=args)
-    except Exception as err:
+    except NothingToTrain as done:
+        print(str(done), file=sys.stderr)
+        return
+    except BaseException as err:
+        if preemption.stopped():  # whatever Lightning made of the signal (SIGTERMException, exit 1)
+            preemption.exit(argv)
+        if not isinstance(err, Exception):
+            raise
         for kind, code, prefix in ((ConfigError, 2, ""), (CheckpointError, 2, "--ckpt_path "),
                                    (DivergenceError, 1, ""), (OutOfMemory, 1, ""), (RankFailure, 1, ""),
                                    (CheckpointWriteError, 1, "")):
@@ -177,6 +227,8 @@ def main(args: list[str] | None = None) -> None:
                 print(f"error: {prefix}{cause}", file=sys.stderr)
                 sys.exit(code)
         raise
+    if preemption.stopped():  # the signal came after the last round: still not a normal end
+        preemption.exit(argv)
 
 
-__all__ = ["FederatedArgumentParser", "FederatedCLI", "main"]
+__all__ = ["FederatedArgumentParser", "FederatedCLI", "NothingToTrain", "check_rounds_left", "main"]

@@ -37,6 +37,7 @@ from lightning_fl.federation import ClientOptimizer, Federation, HierarchyView
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.hierarchy import Hierarchy
 from lightning_fl.hparams import write_hparams
+from lightning_fl.preemption import Preemption
 from lightning_fl.models.base import ClientModule
 from lightning_fl.resume_check import changed_fields, data_digest, run_config
 from lightning_fl.round_logger import RoundLogger, RunOutputs
@@ -347,6 +348,7 @@ class FederatedLoop(LightningModule):
 
     @override
     def on_fit_start(self) -> None:
+        Preemption.instance().watch(self.trainer)  # a stop signal now ends the round in progress first
         numel = sum(p.numel() for p in self.model.parameters())
         cohort = "every client" if self.hierarchy is not None or self.sampling == "all" else f"{self.clients_per_round}"
         rank_zero_info(f"Client model: {type(self.model).__name__}, {numel:,} parameters ({numel * 4 / 1e3:,.1f} kB"

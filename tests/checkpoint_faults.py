@@ -6,6 +6,7 @@ a ``python -m lightning_fl`` subprocess started from the repository root.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -89,3 +90,40 @@ class LastCheckpointProbe(FederatedCallback):
         rounds = AtomicCheckpointIO().load_checkpoint(path)["federated"]["rounds_completed"]
         if rounds != round_idx:
             raise AssertionError(f"round {round_idx} starts with {path} holding {rounds} rounds")
+
+
+class SignalAtRound(FederatedCallback):
+    """Sends ``signum`` to this process ``times`` times: at the end of round index ``round_idx``, while
+    that round's checkpoint is being written (``during_save``), or during set-up (``round_idx`` -1).
+
+    A preemption as a scheduler or a user delivers it, at a chosen moment (tests/faults).
+    """
+
+    def __init__(self, signum: int = 15, round_idx: int = 1, times: int = 1, during_save: bool = False) -> None:
+        super().__init__()
+        self.signum, self.round_idx, self.times, self.during_save = signum, round_idx, times, during_save
+
+    def _send(self) -> None:
+        for _ in range(self.times):
+            os.kill(os.getpid(), self.signum)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.round_idx < 0:
+            self._send()
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self.during_save:
+            return
+        io, target = trainer.strategy.checkpoint_io, self.round_idx + 1
+        serialize = io._serialize
+
+        def interrupted_write(checkpoint: dict, file: object) -> None:
+            if checkpoint["federated"]["rounds_completed"] == target:
+                self._send()  # the temporary file is open: the signal lands mid-save
+            serialize(checkpoint, file)
+
+        io._serialize = interrupted_write
+
+    def on_round_end(self, round_idx: int, result: object, federation: Federation, log: RoundLogger) -> None:
+        if round_idx == self.round_idx and not self.during_save:
+            self._send()

@@ -1,0 +1,171 @@
+"""Preemption: SIGTERM, SIGINT and SIGUSR1 stop a run after its current round, and never as a success.
+
+Cluster schedulers stop jobs with a signal (SLURM: SIGTERM, then SIGKILL after a grace period; with
+``--signal=USR1@<s>`` a warning SIGUSR1 first), and a user stops a run with Ctrl-C (SIGINT). Left to
+Lightning, SIGTERM ends ``fit`` with exit code 0 and no message, so a scheduler or the experiment
+launcher takes a half-trained run for a finished one. :class:`Preemption` instead:
+
+- lets the round in progress finish and its checkpoint be written (Lightning's own stop-after-epoch
+  path, which also tells the other ranks), so ``last.ckpt`` holds the last completed round; a second
+  signal stops at once (``last.ckpt`` then holds the round before);
+- prints one line naming the signal, the round the checkpoint holds and the command that resumes it;
+- exits with ``128 + signal`` (143 for SIGTERM, 130 for SIGINT, 138 for SIGUSR1), as a shell reports
+  a process killed by that signal;
+- with Lightning's ``SLURMEnvironment(auto_requeue=True)`` and its requeue signal, requeues the job
+  (``scontrol requeue``) once the checkpoint is safe.
+
+Before training starts (parsing, data set-up) a signal stops at once: there is nothing to save.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lightning_fabric.plugins.environments import SLURMEnvironment
+
+__all__ = ["STOP_SIGNALS", "Preempted", "Preemption"]
+
+#: The signals that stop a run after its current round.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+
+class Preempted(Exception):
+    """A stop signal arrived before training started (or a second one arrived): stop now."""
+
+
+class Preemption:
+    """The process's record of a stop signal, and what it does about it (see the module docstring).
+
+    One instance per process (:meth:`instance`): signal handlers are process-wide.
+
+    Attributes:
+        signum: The first stop signal received, ``None`` before one.
+    """
+
+    _instance: Preemption | None = None
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._trainer: Any = None
+        self._previous: dict[int, Any] = {}
+
+    @classmethod
+    def instance(cls) -> Preemption:
+        """The process's :class:`Preemption` (created on first use)."""
+        if cls._instance is None:
+            cls._instance = cls()
+        return cls._instance
+
+    def install(self) -> None:
+        """Handle :data:`STOP_SIGNALS` until :meth:`uninstall` (main thread only; elsewhere nothing changes)."""
+        self.signum, self._trainer = None, None
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in STOP_SIGNALS:
+            previous = signal.signal(signum, self._handle)
+            if previous is not self._handle:
+                self._previous[signum] = previous
+
+    def uninstall(self) -> None:
+        """Give the signals back to the handlers they had before :meth:`install`."""
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous, self._trainer = {}, None
+
+    def watch(self, trainer: Any) -> None:
+        """From now on a stop signal lets ``trainer`` finish (and checkpoint) its round, then stop.
+
+        Called when ``fit`` starts, before Lightning adds its own SIGTERM handler (which then runs
+        before this one). Without :meth:`install` (a run started from Python rather than the CLI)
+        the signals keep Lightning's handling.
+        """
+        self._trainer = trainer
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        first = self.signum is None
+        self.signum = self.signum or signum
+        trainer = self._trainer
+        if not first or trainer is None or trainer.state.fn != "fit":
+            raise Preempted(signal.Signals(signum).name)
+        if trainer.is_global_zero:
+            print(f"{signal.Signals(signum).name} received: stopping once round {trainer.current_epoch + 1} is done and"
+                  " checkpointed (send it again to stop at once)", file=sys.stderr, flush=True)
+        # Lightning's stop-after-epoch flag: checked after the round's checkpoint callbacks ran, and
+        # broadcast to the other ranks at the next round's start.
+        trainer._signal_connector.received_sigterm = True
+
+    def stopped(self) -> bool:
+        """Whether a stop signal arrived (the run must then end with :meth:`exit`, whatever happened)."""
+        return self.signum is not None
+
+    def exit(self, args: Sequence[str]) -> None:
+        """Print the one line (rank 0), requeue a SLURM job if asked to, and exit with ``128 + signal``.
+
+        Args:
+            args: The command-line arguments of the run (to print the command that resumes it).
+        """
+        signum = self.signum or signal.SIGTERM
+        name = signal.Signals(signum).name
+        trainer, self._trainer = self._trainer, None
+        if trainer is None or trainer.is_global_zero:
+            print(f"error: {self._summary(name, trainer, args)}", file=sys.stderr, flush=True)
+        if trainer is not None and _requeue_signal(trainer) == signum and trainer.is_global_zero:
+            _requeue()
+        sys.exit(128 + signum)
+
+    @staticmethod
+    def _summary(name: str, trainer: Any, args: Sequence[str]) -> str:
+        if trainer is None:
+            return f"stopped by {name} before training started; nothing was trained or written"
+        io = getattr(trainer.strategy, "checkpoint_io", None)
+        saved, rounds = getattr(io, "last_saved", None), getattr(io, "last_saved_rounds", None)
+        if saved is None and trainer.ckpt_path:  # resumed, and stopped before writing a newer checkpoint
+            saved = Path(trainer.ckpt_path)
+            rounds = trainer.lightning_module.rounds_completed if rounds is None else rounds
+        if saved is None or not Path(saved).is_file():
+            return (f"stopped by {name} during round {trainer.current_epoch + 1}; no checkpoint was written (add a"
+                    " ModelCheckpoint with save_on_train_epoch_end: true to resume runs), so it cannot be resumed")
+        resume = " ".join(shlex.quote(a) for a in ("python", "-m", "lightning_fl", *_without_ckpt_path(args),
+                                                   "--ckpt_path", str(saved)))
+        return f"stopped by {name}; {saved} holds round {rounds} of {trainer.max_epochs}; resume with: {resume}"
+
+
+def _without_ckpt_path(args: Sequence[str]) -> list[str]:
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--ckpt_path":
+            skip = True
+        elif not arg.startswith("--ckpt_path="):
+            kept.append(arg)
+    return kept
+
+
+def _requeue_signal(trainer: Any) -> int | None:
+    environment = getattr(trainer._accelerator_connector, "cluster_environment", None)
+    if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
+        return int(environment.requeue_signal or signal.SIGUSR1)
+    return None
+
+
+def _requeue() -> None:
+    """``scontrol requeue`` this SLURM job (as Lightning's own SIGUSR1 handler does)."""
+    array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
+    job = f"{array_job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array_job else os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return
+    try:
+        result = subprocess.call(["scontrol", "requeue", job])
+    except FileNotFoundError:
+        result = -1
+    print(f"SLURM job {job} {'requeued' if result == 0 else f'could not be requeued (scontrol: {result})'}",
+          file=sys.stderr, flush=True)
