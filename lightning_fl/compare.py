@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lightning_fl.experiments import GridResult, Run, parse_seeds, run_grid
-from lightning_fl.experiments.runs import launch
+from lightning_fl.experiments.launcher import launch
 from lightning_fl.experiments.tuning import TUNE_METRICS
 from lightning_fl.validation import ConfigError
 

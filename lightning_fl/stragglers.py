@@ -27,14 +27,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from lightning_fl.experiments.run_info import read_scalars
-from lightning_fl.experiments.runs import (
-    Run,
-    is_finished,
-    launch,
-    parse_seeds,
-    plan_runs,
-    run_all,
-)
+from lightning_fl.experiments.launcher import launch, run_all
+from lightning_fl.experiments.runs import Run, is_finished, parse_seeds, plan_runs
 from lightning_fl.experiments.stats import (
     Stats,
     aggregate,

@@ -37,7 +37,8 @@ from lightning_fl.experiments.run_info import (
     timing_markdown,
     write_records,
 )
-from lightning_fl.experiments.runs import Run, default_jobs, launch, plan_runs, run_all
+from lightning_fl.experiments.launcher import launch, run_all
+from lightning_fl.experiments.runs import Run, default_jobs, plan_runs
 from lightning_fl.experiments.stats import Stats, seed_bands
 from lightning_fl.experiments.tuning import tune as tune_grids
 from lightning_fl.reporting.figures import band_curves_figure

@@ -1,11 +1,12 @@
-"""Training runs of an experiment: one per config and seed, in parallel processes, resumable.
+"""Training runs of an experiment: one per config and seed, and the markers that say where each stands.
 
 A :class:`Run` is one ``python -m lightning_fl fit`` command logging to ``<save_dir>/<method>/seed_<s>/``.
 Its command is its identity: :func:`is_finished` keeps a run whose ``finished.json`` records the same
 command and the same config file contents, so rerunning an experiment only trains what is missing.
 A run that was interrupted (``started.json`` with the same command, but no ``finished.json``) resumes
-from its ``checkpoints/last.ckpt``, which continues bit for bit (README, "Checkpoints and resuming");
-without a checkpoint, or if resuming fails, it starts afresh. See docs/experiments.md.
+from its ``checkpoints/last.ckpt`` (:func:`resumable_checkpoint`), which continues bit for bit (README,
+"Checkpoints and resuming"). :mod:`~lightning_fl.experiments.launcher` trains them; see
+docs/experiments.md.
 """
 
 from __future__ import annotations
@@ -13,20 +14,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from lightning_fl.validation import ConfigError
 
-__all__ = ["Run", "default_jobs", "is_finished", "launch", "parse_seeds", "plan_runs", "run_all"]
+__all__ = ["CHECKPOINT", "FINISHED", "STARTED", "Run", "default_jobs", "identity", "is_finished", "matches", "parse_seeds",
+           "plan_runs", "resumable_checkpoint"]
 
 FINISHED = "finished.json"
 STARTED = "started.json"
@@ -123,114 +120,31 @@ def plan_runs(methods: Mapping[str, str], seeds: Iterable[int], save_dir: Path, 
     return runs
 
 
-def _identity(run: Run) -> dict:
+def identity(run: Run) -> dict:
+    """What makes two attempts the same run: its command and its config file's sha256."""
     config = Path(run.config)
     digest = hashlib.sha256(config.read_bytes()).hexdigest() if run.config and config.is_file() else None
     return {"command": list(run.command), "config_sha256": digest}
 
 
-def _matches(marker: Path, run: Run) -> bool:
-    if not marker.exists():
+def matches(marker: Path, run: Run) -> bool:
+    """Whether marker file ``marker`` (``started.json``, ``finished.json``) records exactly ``run``."""
+    try:
+        recorded = json.loads(marker.read_text())
+    except (OSError, ValueError):  # missing, unreadable or damaged: not a record of this run
         return False
-    recorded, identity = json.loads(marker.read_text()), _identity(run)
+    current = identity(run)
     # Markers written before config digests were recorded match on the command alone.
-    return recorded["command"] == identity["command"] and recorded.get("config_sha256", identity["config_sha256"]) \
-        == identity["config_sha256"]
+    return isinstance(recorded, dict) and recorded.get("command") == current["command"] and \
+        recorded.get("config_sha256", current["config_sha256"]) == current["config_sha256"]
 
 
 def is_finished(run: Run) -> bool:
     """Whether ``run.log_dir`` holds a run that finished with exactly ``run.command`` and config contents."""
-    return _matches(run.log_dir / FINISHED, run)
+    return matches(run.log_dir / FINISHED, run)
 
 
 def resumable_checkpoint(run: Run) -> Path | None:
     """``last.ckpt`` of an interrupted attempt of exactly this run, or ``None``."""
     checkpoint = run.log_dir / CHECKPOINT
-    return checkpoint if checkpoint.is_file() and _matches(run.log_dir / STARTED, run) else None
-
-
-def train_in_subprocess(run: Run) -> int:
-    """Train ``run`` in a fresh Python process, output appended to ``<log_dir>/train.log``; returns its exit code."""
-    command, env = [sys.executable, *run.command], dict(os.environ)
-    if run.threads is not None:
-        env["OMP_NUM_THREADS"] = str(run.threads)  # also the threads of numpy and of torch's inter-op pool
-        if "--model.cpu_threads" not in command:
-            command += ["--model.cpu_threads", str(run.threads)]
-    with open(run.log_dir / "train.log", "a") as log:
-        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, check=False).returncode
-
-
-def _start_afresh(run: Run) -> None:
-    shutil.rmtree(run.log_dir, ignore_errors=True)  # an unfinished, failed or outdated attempt
-    run.log_dir.mkdir(parents=True)
-    (run.log_dir / STARTED).write_text(json.dumps(_identity(run)))
-
-
-def launch(run: Run, train: Callable[[Run], int] = train_in_subprocess) -> float:
-    """Train ``run`` with ``train`` (resuming an interrupted attempt) and mark it finished; returns the seconds.
-
-    Raises:
-        RuntimeError: If training exits non-zero (with the end of ``train.log`` when there is one).
-    """
-    checkpoint = resumable_checkpoint(run)
-    if checkpoint is None:
-        _start_afresh(run)
-    started = time.perf_counter()
-    code = train(run if checkpoint is None else replace(run, command=(*run.command, "--ckpt_path", str(checkpoint))))
-    if code != 0 and checkpoint is not None:  # e.g. a checkpoint of an older version of the code
-        _start_afresh(run)
-        checkpoint, started = None, time.perf_counter()
-        code = train(run)
-    seconds = time.perf_counter() - started
-    if code != 0:
-        log = run.log_dir / "train.log"
-        tail = log.read_text().splitlines()[-15:] if log.exists() else []
-        raise RuntimeError("\n".join([f"{run.method} seed {run.seed} failed (exit {code}):", *tail]))
-    marker = {**_identity(run), "seconds": seconds, "resumed": checkpoint is not None}
-    (run.log_dir / FINISHED).write_text(json.dumps(marker))
-    return seconds
-
-
-def run_all(runs: Sequence[Run], jobs: int = 2, launcher: Callable[[Run], float] = launch,
-            keep_going: bool = False) -> dict[Run, str]:
-    """Run every unfinished run, ``jobs`` at a time (``1``: one after another in this thread).
-
-    Args:
-        runs: The runs; finished ones are kept.
-        jobs: Processes at a time.
-        launcher: Trains one run (tests train in-process or fake it).
-        keep_going: Record a failed run and go on (hyperparameter search: a setting may diverge)
-            instead of raising once the runs in flight have finished.
-
-    Returns:
-        ``{run: error message}`` of the runs that failed (only with ``keep_going``).
-    """
-    todo = [run for run in runs if not is_finished(run)]
-    for run in runs:
-        if run not in todo:
-            print(f"{run.name}: finished before, kept ({run.log_dir})", flush=True)
-    failed: dict[Run, str] = {}
-
-    def one(run: Run) -> None:
-        print(f"{run.name}: running, log in {run.log_dir}", flush=True)
-        try:
-            print(f"{run.name}: done in {launcher(run):.1f} s", flush=True)
-        except RuntimeError as err:
-            if not keep_going:
-                raise
-            failed[run] = str(err)
-            print(f"{run.name}: failed, skipped (see {run.log_dir / 'train.log'})", flush=True)
-
-    if jobs <= 1:
-        for run in todo:
-            one(run)
-        return failed
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(one, run) for run in todo]
-        try:
-            for future in futures:
-                future.result()
-        except BaseException:
-            pool.shutdown(cancel_futures=True)  # the runs already started finish; no new ones start
-            raise
-    return failed
+    return checkpoint if checkpoint.is_file() and matches(run.log_dir / STARTED, run) else None

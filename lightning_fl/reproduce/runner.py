@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lightning_fl.experiments.grid import run_grid
-from lightning_fl.experiments.runs import Run, launch
+from lightning_fl.experiments.launcher import launch
+from lightning_fl.experiments.runs import Run
 from lightning_fl.experiments.tuning import at_grid_edge, point_label
 from lightning_fl.reproduce.claims import Verdict, judge
 from lightning_fl.reproduce.paper import Paper, SettingResults, best_of_values

@@ -13,7 +13,8 @@ import yaml
 
 from lightning_fl import compare
 from lightning_fl.experiments import run_grid
-from lightning_fl.experiments.runs import FINISHED, Run, launch, plan_runs
+from lightning_fl.experiments.launcher import launch
+from lightning_fl.experiments.runs import FINISHED, Run, plan_runs
 from tests.conftest import ROUND_CHECKPOINT, run_cli, tiny_config, write_config
 
 
@@ -48,28 +49,6 @@ def test_finished_runs_are_kept_and_only_missing_or_changed_ones_run_again(tmp_p
 
 def _train_in_process(run: Run) -> int:
     return run_cli(*run.command[2:])  # drop "-m lightning_fl"
-
-
-def test_an_interrupted_run_resumes_from_its_last_checkpoint_bit_for_bit(tmp_path):
-    config = str(write_config(tmp_path / "run.yaml", tiny_config(tmp_path)))  # 4 rounds, evaluated every 2
-    whole, = plan_runs({"whole": config}, [3], tmp_path)
-    launch(whole, train=_train_in_process)
-
-    cut, = plan_runs({"cut": config}, [3], tmp_path)
-
-    def killed_after_round_2(run: Run) -> int:
-        run_cli(*run.command[2:], "--trainer.max_epochs", "2")
-        return 137  # as if killed: last.ckpt after round 2, no finished.json
-
-    with pytest.raises(RuntimeError, match="cut seed 3 failed"):
-        launch(cut, train=killed_after_round_2)
-    assert (cut.log_dir / "checkpoints" / "last.ckpt").exists() and not (cut.log_dir / FINISHED).exists()
-    resumed_with: list[tuple[str, ...]] = []
-    launch(cut, train=lambda run: resumed_with.append(run.command) or _train_in_process(run))
-    assert resumed_with[0][-2:] == ("--ckpt_path", str(cut.log_dir / "checkpoints" / "last.ckpt"))
-    assert json.loads((cut.log_dir / FINISHED).read_text())["resumed"] is True
-    for name in ("fairness_history.csv", "client_accuracy.csv"):  # every evaluation once, the same numbers
-        assert (cut.log_dir / name).read_text() == (whole.log_dir / name).read_text(), name
 
 
 def _tiny(tmp_path: Path, name: str, callback: dict) -> str:

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from lightning_fl.experiments import tuning
-from lightning_fl.experiments.runs import Run, launch
+from lightning_fl.experiments.launcher import launch
+from lightning_fl.experiments.runs import Run
 from lightning_fl.validation import ConfigError
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_fl.experiments.runs import FINISHED, Run, launch
+from lightning_fl.experiments.launcher import launch
+from lightning_fl.experiments.runs import FINISHED, Run
 from lightning_fl.reproduce.__main__ import PAPERS, load_paper, main
 from lightning_fl.reproduce.runner import reproduce
 from tests.conftest import run_cli
