@@ -51,6 +51,8 @@ class RoundsToTarget(FederatedCallback):
           init_args: {monitor: val/acc_mean, target: 0.7}
     """
 
+    logged_scalars = ("target/round", "target/seconds", "target/sim_seconds")
+
     def __init__(self, monitor: str = "val/acc_mean", target: float = 0.8, mode: str = "max",
                  stop: bool = False) -> None:
         check_choice("RoundsToTarget.mode", mode, ("max", "min"))
