@@ -42,8 +42,9 @@ class RoundsToTarget(FederatedCallback):
 
     Raises:
         ConfigError: If ``mode`` is not ``max`` or ``min``, ``target`` is not a finite number or is
-            outside ``[0, 1]`` for an accuracy monitor, or (at the first evaluation) ``monitor`` is not
-            a metric the run logs; each a single line naming the field.
+            outside ``[0, 1]`` for an accuracy monitor, or (before round 1, see
+            :mod:`lightning_fl.run_checks`; else at the first evaluation) ``monitor`` is not a metric
+            the run logs; each a single line naming the field.
 
     Example (YAML)::
 
