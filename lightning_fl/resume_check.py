@@ -2,9 +2,9 @@
 
 A resumed run is only the continuation of the checkpointed one if it trains the same way: the same
 model and client optimizer, local work (a hierarchy's ``local_rounds`` too), cohort, seed, data and
-partition, and the same algorithm with the same arguments. :func:`run_config` records those as flat, named values in every checkpoint;
-:func:`changed_fields` names the ones a new run changes, and the loop refuses to resume across them
-unless ``model.resume_despite_changes`` says the user means it.
+partition, and the same algorithm with the same arguments. :func:`run_config` records those as flat,
+named values in every checkpoint; :func:`changed_fields` names the ones a new run changes, and the
+loop refuses to resume across them unless ``model.resume_despite_changes`` says the user means it.
 
 Free to change (same model, or equal to float rounding): the engine, ``max_parallel_clients``,
 ``exchange``, ``client_state``, ``eval_batch_size``, ``cpu_threads``, the number of processes, the

@@ -66,7 +66,8 @@ def check_trainer(subcommand: str | None, trainer: Mapping[str, Any]) -> None:
     for field, (allowed, why) in ROUND_IS_ONE_STEP.items():
         value = trainer.get(field)
         if value is not None and value != allowed and not (allowed == 1.0 and value == 1):
-            raise ConfigError(f"trainer.{field} must be {'null' if allowed is None else allowed} (a round is one training step of the loop:"
+            shown = "null" if allowed is None else allowed
+            raise ConfigError(f"trainer.{field} must be {shown} (a round is one training step of the loop:"
                               f" {why}); got {value!r}")
     rounds = trainer.get("max_epochs")
     if subcommand == "fit" and isinstance(rounds, int) and not isinstance(rounds, bool) and rounds == 0:
@@ -144,8 +145,9 @@ def check_hierarchy_options(hierarchy: Any, clients_per_round: int, sampling: st
                                                               ("sampling", sampling, "uniform"))
                if value not in (default, "all")]
     if hierarchy is not None and ignored:
-        rank_zero_warn(f"model.{' and model.'.join(ignored)} {'are' if len(ignored) > 1 else 'is'} ignored: with model.hierarchy every client of every"
-                       " institution trains each round")
+        verb = "are" if len(ignored) > 1 else "is"
+        rank_zero_warn(f"model.{' and model.'.join(ignored)} {verb} ignored: with model.hierarchy every client of"
+                       " every institution trains each round")
 
 
 __all__ = ["check_accelerator", "check_engine", "check_hierarchy_options", "check_monitors", "check_seed",

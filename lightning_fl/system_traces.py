@@ -39,7 +39,8 @@ def _rows(field: str, path: str, columns: tuple[str, ...]) -> list[tuple[int, di
                                   f" {', '.join(header) or 'an empty file'}")
             rows = [(reader.line_num, {k.strip(): (v or "").strip() for k, v in row.items() if k}) for row in reader]
     except (UnicodeDecodeError, csv.Error) as err:
-        raise ConfigError(f"{field}: {path} is not a CSV text file with the header {','.join(columns)} ({err})") from None
+        raise ConfigError(f"{field}: {path} is not a CSV text file with the header {','.join(columns)}"
+                          f" ({err})") from None
     if not rows:
         raise ConfigError(f"{field}: {path} has a header but no rows")
     return rows

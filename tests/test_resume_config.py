@@ -67,5 +67,5 @@ def test_a_changed_hierarchy_local_rounds_is_caught_on_resume(tiny, tmp_path, ca
 def test_a_checkpoint_from_before_local_rounds_was_recorded_still_resumes() -> None:
     saved = {"model.local_epochs": 2}
     assert changed_fields(saved, {**saved, "model.hierarchy.local_rounds": 3}) == []
-    assert changed_fields({**saved, "model.hierarchy.local_rounds": 2}, {**saved, "model.hierarchy.local_rounds": 3}) == [
-        "model.hierarchy.local_rounds: checkpoint 2 vs config 3"]
+    before, after = {**saved, "model.hierarchy.local_rounds": 2}, {**saved, "model.hierarchy.local_rounds": 3}
+    assert changed_fields(before, after) == ["model.hierarchy.local_rounds: checkpoint 2 vs config 3"]

@@ -12,6 +12,7 @@ from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundErr
 from lightning_fl.datamodules.leaf import LEAF_LETTERS, encode_text
 
 from lightning_fl.validation import ConfigError
+from tests.conftest import run_cli
 
 
 def leaf_file(users: dict[str, tuple[list, list]]) -> dict:
@@ -158,3 +159,12 @@ def test_malformed_features_are_one_line_errors(leaf_dir, damage):
         LeafDataModule(data_dir=str(leaf_dir)).setup()
     assert message in str(info.value) and "\n" not in str(info.value)
     assert isinstance(info.value, ConfigError)  # the CLI prints it as one error: line, exit 2
+
+
+def test_a_malformed_leaf_file_is_one_error_line_from_the_cli(leaf_dir, tiny, tmp_path, capsys):
+    expected = _user_data_as_a_list(leaf_dir)
+    data = {"class_path": "lightning_fl.datamodules.LeafDataModule", "init_args": {"data_dir": str(leaf_dir)}}
+    assert run_cli("fit", "--config", str(tiny(data=data))) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].endswith(expected)
+    assert err.strip().splitlines()[-1].startswith("error: ")
