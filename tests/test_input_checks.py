@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+import lightning_fl.callbacks as callbacks
+from lightning_fl.callbacks import CommunicationCost, FairnessMetrics, GlobalTrainLoss, RoundsToTarget
 from lightning_fl.loop import check_finite_inputs, check_precision
 from lightning_fl.run_checks import check_monitors, check_setup, logged_scalars
 from lightning_fl.validation import ConfigError
+from tests.callbacks.helpers import events
 from tests.conftest import run_cli
 
 
@@ -76,3 +80,21 @@ def test_monitors_of_callbacks_from_elsewhere_are_not_second_guessed() -> None:
         check_monitors([type("Theirs", (), {"monitor": "their/metric", "logged_scalars": ()})()], True, False, False)
     names = logged_scalars([], validation=False, system=True, drop=True)
     assert "val/loss" not in names and "sim/elapsed_seconds" in names and "clients/diverged" in names
+
+
+@pytest.mark.parametrize("aggregation", ["FedAvgM", "FedAdam", "Scaffold", "QFFL", "FedNova", "FedDyn", "FedAdp",
+                                         "FedFaMo"])
+def test_every_scalar_a_run_logs_is_declared(tiny, tmp_path, aggregation) -> None:
+    # The monitor check (lightning_fl/run_checks.py) trusts the callbacks' logged_scalars: they must cover
+    # every scalar that reaches TensorBoard, or a valid monitor would be refused.
+    names = ["FairnessMetrics", "CommunicationCost", "GlobalTrainLoss"]
+    config = tiny(**{"trainer.max_epochs": 1,
+                     "model.system": {"dropout": 0.1}, "model.on_client_divergence": "drop",
+                     "trainer.callbacks": [{"class_path": f"lightning_fl.callbacks.{n}"} for n in [aggregation, *names]]
+                     + [{"class_path": "lightning_fl.callbacks.RoundsToTarget",
+                         "init_args": {"monitor": "val/acc_mean", "target": 0.0}}]})
+    assert run_cli("fit", "--config", str(config)) == 0
+    declared = logged_scalars([getattr(callbacks, aggregation)(), FairnessMetrics(), CommunicationCost(),
+                               GlobalTrainLoss(), RoundsToTarget()], validation=True, system=True, drop=True)
+    tags = events(tmp_path).Tags()["scalars"]
+    assert tags and [t for t in tags if not any(fnmatchcase(t, n) for n in declared)] == []
