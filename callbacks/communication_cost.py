@@ -60,6 +60,8 @@ class CommunicationCost(FederatedCallback):
           init_args: {client_bandwidth_mbps: 10, client_latency_ms: 50, institution_bandwidth_mbps: 1000}
     """
 
+    logged_scalars = ("comm/*_bytes", "net/round_seconds", "net/elapsed_seconds")
+
     def __init__(self, client_bandwidth_mbps: float | None = None, client_latency_ms: float = 0.0,
                  institution_bandwidth_mbps: float | None = None, institution_latency_ms: float = 0.0) -> None:
         for name, value in (("client_bandwidth_mbps", client_bandwidth_mbps),

@@ -29,7 +29,7 @@ from lightning_fl.reporting.tables import (
     last_rounds_note,
 )
 from lightning_fl.round_logger import RoundLogger
-from lightning_fl.validation import check_choice
+from lightning_fl.validation import check_choice, check_positive
 
 #: Metrics averaged over the last 10% of rounds (IGFL's tables), logged as ``test/<key>_last10pct``.
 _LAST_ROUNDS_KEYS = ("acc_mean", "acc_pooled")
@@ -69,16 +69,20 @@ class FairnessMetrics(FederatedCallback):
             window); earlier rounds keep ``check_val_every_n_epoch``. Default ``False``.
 
     Raises:
-        ConfigError: If ``evaluate_last_rounds`` is not a bool.
+        ConfigError: If ``evaluate_last_rounds`` is not a bool or ``histogram_every`` not an integer >= 1.
 
     Example (YAML)::
 
         - class_path: lightning_fl.callbacks.FairnessMetrics
     """
 
+    logged_scalars = (*(f"{stage}/{key}" for stage in ("val", "test") for key in FAIRNESS_KEYS),
+                      *(f"test/{key}_last10pct" for key in _LAST_ROUNDS_KEYS))
+
     def __init__(self, histogram_every: int = 1, method_name: str | None = None,
                  evaluate_last_rounds: bool = False) -> None:
         check_choice("evaluate_last_rounds", evaluate_last_rounds, (False, True))
+        check_positive("FairnessMetrics.histogram_every", histogram_every, integer=True)
         self.histogram_every = histogram_every
         self.method_name = method_name
         self.evaluate_last_rounds = evaluate_last_rounds

@@ -58,6 +58,8 @@ class AdaptiveServerOptimizer(FedAvg):
             ``weighting`` unknown.
     """
 
+    logged_scalars = ("server/m_norm", "server/v_mean")
+
     #: ``adam``, ``yogi`` or ``adagrad``: set by each subclass.
     kind: ClassVar[str] = ""
     supports_hierarchy = True

@@ -61,6 +61,8 @@ class FedAdp(AggregationCallback):
               init_args: {alpha: 5.0}
     """
 
+    logged_scalars = ("server/smoothed_angle_mean",)
+
     supports_hierarchy = True
 
     def __init__(self, alpha: float = 5.0) -> None:

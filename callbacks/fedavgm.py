@@ -52,6 +52,8 @@ class FedAvgM(FedAvg):
               init_args: {beta: 0.9, server_lr: 1.0}
     """
 
+    logged_scalars = ("server/velocity_norm",)
+
     supports_hierarchy = True
 
     def __init__(self, beta: float = 0.9, server_lr: float = 1.0, weighting: str = "samples") -> None:

@@ -45,6 +45,8 @@ class FedDyn(AggregationCallback):
               init_args: {alpha: 0.01}
     """
 
+    logged_scalars = ("server/h_norm",)
+
     def __init__(self, alpha: float = 0.01) -> None:
         super().__init__()
         check_positive("alpha", alpha)

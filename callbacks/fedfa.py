@@ -116,6 +116,8 @@ class FedFa(AggregationCallback):
               init_args: {alpha: 0.5, beta: 0.5, server_momentum: 0.5, period: 1}
     """
 
+    logged_scalars = ("server/momentum_norm",)
+
     #: Title of the weights chart.
     weights_title = "FedFa weights"
 

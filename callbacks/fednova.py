@@ -56,6 +56,8 @@ class FedNova(AggregationCallback):
             - class_path: lightning_fl.callbacks.FedNova
     """
 
+    logged_scalars = ("server/tau_eff",)
+
     @override
     def on_federation_setup(self, federation: Federation) -> None:
         momentum = federation.optimizer.momentum

@@ -29,6 +29,8 @@ class GlobalTrainLoss(FederatedCallback):
         - class_path: lightning_fl.callbacks.GlobalTrainLoss
     """
 
+    logged_scalars = ("train/global_loss", "train/global_acc")
+
     def __init__(self) -> None:
         self._module: pl.LightningModule | None = None
 

@@ -41,6 +41,8 @@ class ModelDivergence(FederatedCallback):
         - class_path: lightning_fl.callbacks.ModelDivergence
     """
 
+    logged_scalars = ("server/model_divergence",)
+
     def __init__(self, batch_size: int | None = None) -> None:
         super().__init__()
         if batch_size is not None:

@@ -58,6 +58,8 @@ class QFFL(AggregationCallback):
               init_args: {q: 1.0}
     """
 
+    logged_scalars = ("server/update_norm", "server/loss_before_mean")
+
     requires_loss_before = True
 
     def __init__(self, q: float = 1.0) -> None:

@@ -42,14 +42,17 @@ class RoundsToTarget(FederatedCallback):
 
     Raises:
         ConfigError: If ``mode`` is not ``max`` or ``min``, ``target`` is not a finite number or is
-            outside ``[0, 1]`` for an accuracy monitor, or (at the first evaluation) ``monitor`` is not
-            a metric the run logs; each a single line naming the field.
+            outside ``[0, 1]`` for an accuracy monitor, or (before round 1, see
+            :mod:`lightning_fl.run_checks`; else at the first evaluation) ``monitor`` is not a metric
+            the run logs; each a single line naming the field.
 
     Example (YAML)::
 
         - class_path: lightning_fl.callbacks.RoundsToTarget
           init_args: {monitor: val/acc_mean, target: 0.7}
     """
+
+    logged_scalars = ("target/round", "target/seconds", "target/sim_seconds")
 
     def __init__(self, monitor: str = "val/acc_mean", target: float = 0.8, mode: str = "max",
                  stop: bool = False) -> None:

@@ -74,6 +74,8 @@ class Scaffold(AggregationCallback):
               init_args: {server_lr: 1.0}
     """
 
+    logged_scalars = ("server/control_norm",)
+
     vectors_down = 2  # w^t and c
     vectors_up = 2  # y_k and c_k+ - c_k
 

@@ -42,6 +42,8 @@ class Tempo(FederatedCallback):
           init_args: {initial_epochs: 6}
     """
 
+    logged_scalars = ("tempo/epochs_*", "tempo/distance_*")
+
     def __init__(self, initial_epochs: int = 6) -> None:
         check_positive("initial_epochs", initial_epochs, integer=True)
         self.initial_epochs = initial_epochs

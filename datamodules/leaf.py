@@ -68,6 +68,9 @@ def read_leaf_json(path: str | Path) -> dict[str, dict[str, list]]:
         found = sorted(blob) if isinstance(blob, dict) else type(blob).__name__
         raise CorruptDataError(f"{path}: a LEAF file needs keys users, num_samples, user_data; found {found}")
     users, counts, data = blob["users"], blob["num_samples"], blob["user_data"]
+    if not isinstance(data, dict):
+        raise CorruptDataError(f"{path}: user_data must be an object mapping each user to its x and y; got a"
+                               f" {type(data).__name__}")
     if len(users) != len(counts):
         raise CorruptDataError(f"{path}: {len(users)} users but {len(counts)} num_samples entries")
     out: dict[str, dict[str, list]] = {}
@@ -118,8 +121,10 @@ def _to_inputs(samples: list, what: str) -> Tensor:
                           " embedding that is not bundled; convert them to numbers first")
     try:
         return torch.as_tensor(np.asarray(samples, dtype=np.float32))
-    except (ValueError, TypeError) as err:
-        raise CorruptDataError(f"{what}: inputs are not a rectangular array of numbers ({err})") from err
+    except (ValueError, TypeError):
+        lengths = sorted({len(s) for s in samples if isinstance(s, (list, tuple))})
+        raise CorruptDataError(f"{what}: inputs must be a rectangular array of numbers (every sample the same"
+                               f" number of features); got samples of {lengths[:5] or 'other'} features") from None
 
 
 def _to_labels(labels: list, what: str) -> Tensor:
@@ -137,6 +142,15 @@ def _to_labels(labels: list, what: str) -> Tensor:
         return torch.as_tensor(np.asarray(labels, dtype=np.int64))
     except (ValueError, TypeError) as err:
         raise CorruptDataError(f"{what}: labels are not integers ({err})") from err
+
+
+def _check_shape(x: Tensor, x_test: Tensor, first: Tensor, first_user: str, what: str) -> None:
+    """Every user's train and test samples have the first user's per-sample shape (features)."""
+    for split, tensor in (("train", x), ("test", x_test)):
+        if len(tensor) and tuple(tensor.shape[1:]) != tuple(first.shape[1:]):
+            raise CorruptDataError(f"{what}: {split} samples have shape {tuple(tensor.shape[1:])}, but the train"
+                                   f" samples of user {first_user!r} have {tuple(first.shape[1:])}; every sample"
+                                   " needs the same number of features")
 
 
 class LeafDataModule(FederatedDataModule):
@@ -228,6 +242,7 @@ class LeafDataModule(FederatedDataModule):
             else:
                 tr, te = split_train_test(torch.arange(len(y)), self.test_fraction, split_gen)
                 x, y, x_te, y_te = x[tr], y[tr], x[te], y[te]
+            _check_shape(x, x_te, xs_tr[0] if xs_tr else x, users[0], f"{root} user {user!r}")
             xs_tr.append(x)
             ys_tr.append(y)
             xs_te.append(x_te)

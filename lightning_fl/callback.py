@@ -33,7 +33,13 @@ class FederatedCallback(RecordsInitArgs, DeclaredState, ClientHooks, Callback):
     (see :class:`~lightning_fl.engines.hooks.ClientHooks`) run inside the client engine on
     cohort-stacked tensors. State declared with ``add_server_state``/``add_client_state`` is saved
     in checkpoints and restored on resume without any code in the subclass.
+
+    ``logged_scalars`` lists the scalar names (``fnmatch`` patterns) a callback logs, so that a
+    monitor naming none of the run's metrics is an error before round 1 (``None``: not declared; a
+    run with such a callback from outside this package leaves monitors unchecked).
     """
+
+    logged_scalars: tuple[str, ...] | None = None
 
     def on_federation_setup(self, federation: Federation) -> None:
         """Called once before training or evaluation starts (check the run, e.g. the optimizer)."""

@@ -18,6 +18,7 @@ from lightning_fl.distributed import RankFailure
 from lightning_fl.loop import FederatedLoop, check_precision, check_strategy
 from lightning_fl.out_of_memory import OutOfMemory, explain_out_of_memory, memory_failure
 from lightning_fl.preemption import Preemption
+from lightning_fl.run_checks import check_seed, check_trainer, non_finite_error
 from lightning_fl.validation import CheckpointError, CheckpointWriteError, ConfigError, DivergenceError
 
 # One "batch" (a round ticket) per epoch by design: no workers needed, nothing to log per batch.
@@ -54,7 +55,7 @@ _CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
 
 
 class FederatedArgumentParser(LightningArgumentParser):
-    """LightningCLI's parser, except that a malformed ``partition`` fails with one line (a ``ConfigError``).
+    """LightningCLI's parser, except that a malformed ``partition`` or a ``nan``/``inf`` float fails with one line.
 
     jsonargparse checks a partition's class path and option names while parsing, before our own
     checks run, and reports a mistake as a multi-line account of every type it tried. Every other
@@ -64,7 +65,7 @@ class FederatedArgumentParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         # Nested parsers (exit_on_error off) only pass the report up; translate where it would be printed.
         if self.exit_on_error:
-            partition = partition_config_error(message)
+            partition = partition_config_error(message) or non_finite_error(message)
             if partition is not None:
                 raise ConfigError(partition)
         super().error(message, ex)
@@ -94,6 +95,11 @@ class FederatedCLI(LightningCLI):
             if failure is None:
                 raise
             raise explain_out_of_memory(failure, getattr(self, "model", None), getattr(self, "trainer", None)) from err
+
+    def _set_seed(self) -> None:
+        # Lightning seeds before `before_instantiate_classes`; a seed numpy refuses would be a traceback.
+        check_seed(self._get(self.config, "seed_everything"))
+        super()._set_seed()
 
     def _parse_ckpt_path(self) -> None:
         """Check ``--ckpt_path`` before anything is built: a damaged file fails in one line, at once.
@@ -125,6 +131,7 @@ class FederatedCLI(LightningCLI):
         config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
         trainer = config.get("trainer", {})
         check_strategy(trainer.get("strategy", "auto"))
+        check_trainer(self.subcommand, trainer)
         check_precision(trainer.get("precision"), trainer.get("accelerator", "auto"))
         if self.subcommand == "fit" and config.get("ckpt_path"):
             continue_run_directory(trainer.get("logger"), str(config["ckpt_path"]))

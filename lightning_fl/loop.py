@@ -41,6 +41,7 @@ from lightning_fl.preemption import Preemption
 from lightning_fl.models.base import ClientModule
 from lightning_fl.resume_check import changed_fields, data_digest, run_config
 from lightning_fl.round_logger import RoundLogger, RunOutputs
+from lightning_fl.run_checks import check_engine, check_hierarchy_options, check_setup
 from lightning_fl.rounds import RoundRunner
 from lightning_fl.sampling import SAMPLING_MODES, ClientSampler
 from lightning_fl.seeding import derive_seed
@@ -191,6 +192,7 @@ class FederatedLoop(LightningModule):
         if system is not None and hierarchy is not None:
             raise ConfigError("model.system cannot be combined with model.hierarchy (every client of every institution"
                               " trains each round there); remove one of them")
+        check_hierarchy_options(hierarchy, clients_per_round, sampling)
         self.system = system
         self.on_client_divergence = on_client_divergence
         self.resume_despite_changes = resume_despite_changes
@@ -248,6 +250,7 @@ class FederatedLoop(LightningModule):
         check_finite_inputs(data)
         if not data.has_validation:
             self._check_without_validation(stage)
+        check_setup(self, data, stage)
         self.data = data.to(self.trainer.strategy.root_device)
         self._set_cpu_threads()
         if self.hierarchy is not None:
@@ -262,6 +265,7 @@ class FederatedLoop(LightningModule):
         plan = LocalTrainingPlan(self.optimizer_factory, self.local_epochs, self.batch_size, self.seed,
                                  self.client_lr, precision, self.max_parallel_clients)
         self.engine: ClientEngine = build_engine(self.engine_name, plan, self.model, self.trainer.strategy.root_device)
+        check_engine(self.engine, self.max_parallel_clients)
         self.engine.setup(self.model, self.data, self.store)
         callbacks = [c for c in self.trainer.callbacks if isinstance(c, FederatedCallback)]
         aggregator = next(c for c in callbacks if isinstance(c, AggregationCallback))
@@ -533,7 +537,7 @@ def check_finite_inputs(data: Any) -> None:
     if getattr(data, "has_validation", False):
         splits.append(("validation", data.x_val, data.val_offsets))
     for split, x, offsets in splits:
-        if not x.is_floating_point():
+        if not x.is_floating_point() or not len(x):  # token ids, or an empty split: nothing to check
             continue
         bad = (~torch.isfinite(x.reshape(len(x), -1))).any(1).nonzero().flatten()
         if len(bad):
@@ -567,8 +571,8 @@ def _probe_optimizer(optimizer: OptimizerCallable) -> tuple[float, float]:
         raise ConfigError(f"optimizer: {message}") from None
     lr = probe.defaults.get("lr")
     lr = float(lr) if isinstance(lr, (int, float, Tensor)) else None
-    if lr is None or not lr > 0 or lr != lr:
-        raise ConfigError(f"optimizer.init_args.lr must be a number > 0; got {probe.defaults.get('lr')!r}")
+    if lr is None or not 0 < lr < float("inf"):  # NaN fails too; YAML reads 1e400 as inf
+        raise ConfigError(f"optimizer.init_args.lr must be a finite number > 0; got {probe.defaults.get('lr')!r}")
     return lr, float(probe.defaults.get("momentum", 0.0) or 0.0)
 
 

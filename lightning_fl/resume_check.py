@@ -1,10 +1,10 @@
 """What a checkpoint was trained under, and which of it a resumed run may change.
 
 A resumed run is only the continuation of the checkpointed one if it trains the same way: the same
-model and client optimizer, local work, cohort, seed, data and partition, and the same algorithm with
-the same arguments. :func:`run_config` records those as flat, named values in every checkpoint;
-:func:`changed_fields` names the ones a new run changes, and the loop refuses to resume across them
-unless ``model.resume_despite_changes`` says the user means it.
+model and client optimizer, local work (a hierarchy's ``local_rounds`` too), cohort, seed, data and
+partition, and the same algorithm with the same arguments. :func:`run_config` records those as flat,
+named values in every checkpoint; :func:`changed_fields` names the ones a new run changes, and the
+loop refuses to resume across them unless ``model.resume_despite_changes`` says the user means it.
 
 Free to change (same model, or equal to float rounding): the engine, ``max_parallel_clients``,
 ``exchange``, ``client_state``, ``eval_batch_size``, ``cpu_threads``, the number of processes, the
@@ -27,6 +27,8 @@ from lightning_fl.init_args import describe
 #: The FederatedLoop arguments a resumed run must share with its checkpoint.
 LOOP_FIELDS = ("clients_per_round", "local_epochs", "batch_size", "sampling", "seed", "keep_client_optimizer_state",
                "on_client_divergence")
+#: Fields recorded since a later version; a checkpoint written before lacks them and they are not compared.
+LATER_FIELDS = ("model.hierarchy.local_rounds",)
 
 
 def data_digest(data: FederatedData) -> str:
@@ -48,6 +50,8 @@ def trains(callback: FederatedCallback) -> bool:
 def run_config(loop: Any, datamodule: Any, callbacks: Iterable[FederatedCallback], data_sha: str) -> dict[str, Any]:
     """Flat ``field -> value`` record of everything that decides the trained model (see the module docstring)."""
     config: dict[str, Any] = {f"model.{name}": getattr(loop, name) for name in LOOP_FIELDS}
+    if loop.hierarchy is not None:  # the assignment and institution aggregation are checked by the hierarchy
+        config["model.hierarchy.local_rounds"] = loop.hierarchy.local_rounds
     config["model.client"] = type(loop.model).__qualname__
     config["model.client shapes"] = {n: list(p.shape) for n, p in loop.model.state_dict().items()}
     probe = loop.optimizer_factory([torch.nn.Parameter(torch.zeros(1))])
@@ -66,6 +70,7 @@ def run_config(loop: Any, datamodule: Any, callbacks: Iterable[FederatedCallback
 def changed_fields(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """``"field: checkpoint X vs config Y"`` for every field that differs (added or removed included)."""
     saved, current = _flatten(saved, current), _flatten(current, saved)
+    current = {f: v for f, v in current.items() if f in saved or f not in LATER_FIELDS}
     differ = [f for f in sorted(set(saved) | set(current), key=lambda f: (f.split(".")[0] != "model", f))
               if saved.get(f, "absent") != current.get(f, "absent")]
     if any(f.startswith("data.") for f in differ):  # the changed argument explains the other samples

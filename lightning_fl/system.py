@@ -129,6 +129,16 @@ class SystemHeterogeneity:
         check_range("system.availability", availability, 0.0, 1.0)
         check_range("system.dropout", dropout, 0.0, 1.0)
         check_choice("system.stragglers", stragglers, STRAGGLER_POLICIES)
+        # Settings under which no client ever reports: the run would "finish" without training.
+        if availability == 0:
+            raise ConfigError("system.availability must be in (0.0, 1.0] (0.0: no client is ever online, so nothing"
+                              " trains); got 0.0")
+        if dropout == 1:
+            raise ConfigError("system.dropout must be in [0.0, 1.0) (1.0: every sampled client drops out, so nothing"
+                              " trains); got 1.0")
+        if straggler_fraction == 1 and stragglers == "drop":
+            raise ConfigError("system.straggler_fraction must be below 1.0 with stragglers: drop (every client would be"
+                              " a dropped straggler, so nothing trains); got 1.0")
         check_non_negative("system.speed_sigma", speed_sigma)
         check_non_negative("system.over_selection", over_selection)
         check_non_negative("system.latency_ms", latency_ms)

@@ -29,14 +29,18 @@ def _rows(field: str, path: str, columns: tuple[str, ...]) -> list[tuple[int, di
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"{field}: no such file {path!r}")
-    with file.open(newline="") as handle:
-        reader = csv.DictReader(handle, skipinitialspace=True)
-        header = [name.strip() for name in reader.fieldnames or []]
-        missing = [c for c in columns if c not in header]
-        if missing:
-            raise ConfigError(f"{field}: {path} must have the header columns {', '.join(columns)}; got"
-                              f" {', '.join(header) or 'an empty file'}")
-        rows = [(reader.line_num, {k.strip(): (v or "").strip() for k, v in row.items() if k}) for row in reader]
+    try:
+        with file.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle, skipinitialspace=True)
+            header = [name.strip() for name in reader.fieldnames or []]
+            missing = [c for c in columns if c not in header]
+            if missing:
+                raise ConfigError(f"{field}: {path} must have the header columns {', '.join(columns)}; got"
+                                  f" {', '.join(header) or 'an empty file'}")
+            rows = [(reader.line_num, {k.strip(): (v or "").strip() for k, v in row.items() if k}) for row in reader]
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise ConfigError(f"{field}: {path} is not a CSV text file with the header {','.join(columns)}"
+                          f" ({err})") from None
     if not rows:
         raise ConfigError(f"{field}: {path} has a header but no rows")
     return rows
@@ -83,6 +87,9 @@ class AvailabilityTrace:
             clients = online.setdefault(round_number, set())
             if row["available"] == "1":
                 clients.add(client)
+        if not any(online.values()):
+            raise ConfigError(f"{field}: {path} lists no client as available in any round (every available is 0), so"
+                              " nothing would train; mark the online clients with available 1")
         self.period = max(online)
         self.num_clients = num_clients
         self._online = {r: torch.tensor(sorted(c), dtype=torch.long) for r, c in online.items()}

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import run_cli
 
@@ -119,3 +120,69 @@ def test_test_and_validate_need_a_checkpoint(tiny, capsys) -> None:
 def test_predict_is_not_offered(tiny, capsys) -> None:
     assert run_cli("predict", "--config", str(tiny())) == 2
     assert "invalid choice: 'predict' (choose from 'fit', 'validate', 'test')" in capsys.readouterr().err
+
+
+FAIRNESS_EVERY_0 = [{"class_path": "lightning_fl.callbacks.FedAvg"},
+                    {"class_path": "lightning_fl.callbacks.FairnessMetrics", "init_args": {"histogram_every": 0}}]
+LOGGED_VAL = "val/loss, val/acc_mean, val/acc_weighted"
+
+
+def _monitoring(class_path: str) -> dict:
+    return {"trainer.callbacks": [{"class_path": f"pytorch_lightning.callbacks.{class_path}",
+                                   "init_args": {"monitor": "val/acc_mena"}}]}
+
+
+@pytest.mark.parametrize(("override", "args", "message"), [
+    ({}, ("--trainer.check_val_every_n_epoch", "0"),
+     "trainer.check_val_every_n_epoch must be an integer >= 1 (evaluate every this many rounds); got 0"),
+    ({"trainer.callbacks": FAIRNESS_EVERY_0}, (), "FairnessMetrics.histogram_every must be an integer >= 1; got 0"),
+    (_monitoring("EarlyStopping"), (), f"EarlyStopping.monitor must be a metric this run logs, one of {LOGGED_VAL}"),
+    (_monitoring("ModelCheckpoint"), (),
+     f"ModelCheckpoint.monitor must be a metric this run logs, one of {LOGGED_VAL}"),
+    ({}, ("--seed_everything", "-5"),
+     "seed_everything must be an integer between 0 and 4294967295 (or true for a random seed); got -5"),
+    ({}, ("--trainer.gradient_clip_val", "1.0"),
+     "trainer.gradient_clip_val must be null (a round is one training step"),
+    ({}, ("--trainer.accumulate_grad_batches", "2"),
+     "trainer.accumulate_grad_batches must be 1 (a round is one training step of the loop"),
+    ({}, ("--trainer.limit_train_batches", "0.5"), "trainer.limit_train_batches must be 1.0 (a round is one training"),
+    ({}, ("--trainer.max_epochs", "0"),
+     "trainer.max_epochs must be an integer >= 1 (the number of rounds; -1: no limit); got 0, which trains nothing"),
+    ({"data.init_args.test_fraction": 0}, (),
+     "data.test_fraction must be in (0, 1): no client has a test sample, so the run could not be evaluated; got 0.0"),
+    ({}, ("--model.optimizer.init_args.lr", "nan"), "model.optimizer.init_args.lr must be a finite number; got nan"),
+    ({}, ("--model.collective_timeout", "inf"), "model.collective_timeout must be a finite number; got inf"),
+    ({}, ("--model.collective_timeout=-inf",), "model.collective_timeout must be a finite number; got -inf"),
+])
+def test_remaining_tracebacks_are_one_line_before_round_1(tiny, tmp_path, capsys, override, args, message):
+    assert run_cli("fit", "--config", str(tiny(**override)), *args) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Rounds:" not in err
+    assert err.strip().splitlines()[-1].startswith(f"error: {message}")
+    assert not list((tmp_path / "logs").rglob("*.ckpt"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_gpu_accelerator_without_a_gpu_is_one_line(tiny, capsys):
+    assert run_cli("fit", "--config", str(tiny()), "--trainer.accelerator", "gpu") == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: trainer.accelerator gpu needs a device of that kind and this machine has none; use cpu or auto")
+
+
+def test_an_infinite_lr_in_yaml_is_refused(tiny, capsys):
+    config = tiny()
+    config.write_text(config.read_text().replace("lr: 0.05", "lr: 1e400"))  # YAML reads it as inf
+    assert run_cli("fit", "--config", str(config)) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: optimizer.init_args.lr must be a finite number > 0; got inf")
+
+
+def test_a_monitor_the_run_logs_passes_the_check(tiny):
+    callbacks = [{"class_path": "lightning_fl.callbacks.FedAvg"},
+                 {"class_path": "lightning_fl.callbacks.FairnessMetrics"},
+                 {"class_path": "lightning_fl.callbacks.CommunicationCost"},
+                 {"class_path": "pytorch_lightning.callbacks.EarlyStopping",
+                  "init_args": {"monitor": "val/acc_worst20", "mode": "max", "patience": 5}},
+                 {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
+                  "init_args": {"monitor": "comm/client_total_bytes", "mode": "min"}}]
+    assert run_cli("fit", "--config", str(tiny(**{"trainer.callbacks": callbacks, "trainer.max_epochs": 2}))) == 0

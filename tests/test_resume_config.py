@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lightning_fl.resume_check import changed_fields
 from tests.callbacks.helpers import events, version_dir
 from tests.conftest import run_cli
 
@@ -51,3 +52,20 @@ def test_engine_and_store_may_change_and_the_run_directory_continues(tiny, tmp_p
     assert [p.name for p in (tmp_path / "logs" / "run").iterdir()] == ["version_0"]
     assert [e.step for e in events(tmp_path).Scalars("train/loss")] == [1, 2, 3, 4]
     assert torch.load(checkpoint, weights_only=False)["federated"]["rounds_completed"] == 4
+
+
+def test_a_changed_hierarchy_local_rounds_is_caught_on_resume(tiny, tmp_path, capsys) -> None:
+    hierarchy = {"num_institutions": 2, "local_rounds": 2}
+    checkpoint = _half(tiny, tmp_path, **{"model.hierarchy": hierarchy})
+    config = tiny(**{"model.hierarchy": {**hierarchy, "local_rounds": 3}})
+    assert run_cli("fit", "--config", str(config), "--ckpt_path", str(checkpoint)) == 2
+    line = _last_error(capsys)
+    assert line.startswith("error: the checkpoint was trained under another configuration (")
+    assert "model.hierarchy.local_rounds: checkpoint 2 vs config 3" in line
+
+
+def test_a_checkpoint_from_before_local_rounds_was_recorded_still_resumes() -> None:
+    saved = {"model.local_epochs": 2}
+    assert changed_fields(saved, {**saved, "model.hierarchy.local_rounds": 3}) == []
+    before, after = {**saved, "model.hierarchy.local_rounds": 2}, {**saved, "model.hierarchy.local_rounds": 3}
+    assert changed_fields(before, after) == ["model.hierarchy.local_rounds: checkpoint 2 vs config 3"]

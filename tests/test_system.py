@@ -87,13 +87,16 @@ def test_over_selection_keeps_the_first_k_to_finish(tmp_path) -> None:
 
 
 def test_everyone_dropping_out_is_an_empty_round() -> None:
-    fates = _system(SIZES, dropout=1.0).fates(3, _all(4))
+    system = _system(SIZES)
+    system.dropout = 1.0  # refused as an option (nothing would ever train); the fates still follow it
+    fates = system.fates(3, _all(4))
     assert fates.empty and fates.dropped.tolist() == [0, 1, 2, 3]
     assert fates.round_seconds == 0.0
 
 
 def test_nobody_online_waits_for_the_deadline(tmp_path) -> None:
-    system = _system(SIZES, availability=0.0, speed_trace=_speeds(tmp_path, SPEEDS), deadline=7.0)
+    system = _system(SIZES, speed_trace=_speeds(tmp_path, SPEEDS), deadline=7.0)
+    system.online_probability = 0.0  # availability 0.0 is refused as an option (nothing would ever train)
     fates = system.fates(0, _all(4))
     assert fates.empty and fates.num_available == 0 and fates.round_seconds == 7.0
 

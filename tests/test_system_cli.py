@@ -45,6 +45,13 @@ def test_the_simulated_clock_is_logged_and_reported_with_the_target(tiny, tmp_pa
     ({"dropout": 1.5}, "system.dropout must be between 0.0 and 1.0; got 1.5"),
     ({"speed_mean": 2.0, "deadline": -1.0}, "system.deadline must be a finite number > 0; got -1.0"),
     ({"over_selection": -0.5}, "system.over_selection must be a finite number >= 0; got -0.5"),
+    # Settings under which no client ever reports: today's run would "finish" having trained nothing.
+    ({"availability": 0.0}, "system.availability must be in (0.0, 1.0] (0.0: no client is ever online, so nothing"
+                            " trains); got 0.0"),
+    ({"dropout": 1.0}, "system.dropout must be in [0.0, 1.0) (1.0: every sampled client drops out, so nothing"
+                       " trains); got 1.0"),
+    ({"straggler_fraction": 1.0}, "system.straggler_fraction must be below 1.0 with stragglers: drop (every client"
+                                  " would be a dropped straggler, so nothing trains); got 1.0"),
 ])
 def test_bad_system_options_fail_before_training(tiny, capsys, system, message) -> None:
     assert run_cli("fit", "--config", str(tiny(**{"model.system": system}))) == 2
@@ -76,3 +83,19 @@ def test_resuming_under_other_system_options_is_an_error(tiny, tmp_path, capsys)
     assert run_cli("fit", "--config", str(second), "--ckpt_path", str(checkpoint)) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "error: model.system differs from the checkpoint (dropout: checkpoint 0.1 vs config 0.2)")
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", "is not a CSV text file with the header round,client,available"),
+    (b"round,client,available\n1,0,0\n1,1,0\n2,0,0\n", "lists no client as available in any round (every available"
+                                                           " is 0), so nothing would train"),
+])
+def test_an_unusable_availability_trace_fails_before_training(tiny, tmp_path, capsys, content, message) -> None:
+    trace = tmp_path / "available.csv"
+    trace.write_bytes(content)
+    assert run_cli("fit", "--config", str(tiny(**{"model.system": {"availability_trace": str(trace)}}))) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(f"error: system.availability_trace: {trace} ")
+    assert message in err.strip().splitlines()[-1]
+    assert not list((tmp_path / "logs").rglob("last.ckpt"))

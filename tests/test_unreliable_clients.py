@@ -120,10 +120,12 @@ def test_fedfa_counts_completed_participations() -> None:
     assert torch.equal(loop.store.participation, completed) and not torch.equal(completed, sampled)
 
 
-def test_an_empty_round_leaves_the_model_unchanged() -> None:
+def test_an_empty_round_leaves_the_model_unchanged(tmp_path) -> None:
     torch.manual_seed(0)
     initial = LogisticRegression(60, 10).state_dict()
-    loop = _fit([FedAvg()], rounds=3, system=SystemHeterogeneity(availability=0.0))
+    trace = tmp_path / "available.csv"  # rounds 1-3 list no client, so every client is offline in them
+    trace.write_text("round,client,available\n4,0,1\n")  # (availability 0.0 is refused: nothing would train)
+    loop = _fit([FedAvg()], rounds=3, system=SystemHeterogeneity(availability_trace=str(trace)))
     for name, value in loop.model.state_dict().items():
         assert torch.equal(value, initial[name]), name
     assert loop.rounds_completed == 3 and int(loop.store.participation.sum()) == 0

@@ -207,15 +207,17 @@ def test_val_monitor_without_validation_split_is_one_line_before_training(tiny, 
     assert not list((tmp_path / "logs").rglob("*.ckpt"))
 
 
-def test_misspelt_rounds_to_target_monitor_fails_at_the_first_evaluation(tiny, tmp_path, capsys):
+def test_misspelt_rounds_to_target_monitor_fails_before_training(tiny, tmp_path, capsys):
     callbacks = [{"class_path": "lightning_fl.callbacks.FedAvg"},
                  {"class_path": "lightning_fl.callbacks.RoundsToTarget",
                   "init_args": {"monitor": "val/acc_avg", "target": 0.5}}]
     assert run_cli("fit", "--config", str(tiny(**{"trainer.callbacks": callbacks}))) == 2
-    line = capsys.readouterr().err.strip().splitlines()[-1]
-    assert line.startswith("error: RoundsToTarget.monitor val/acc_avg is not a metric this run logs; the val/*"
-                           " metrics are val/acc_best20, val/acc_max, val/acc_mean,")
-    assert "val/loss" in line and "test/" not in line
+    err = capsys.readouterr().err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: RoundsToTarget.monitor must be a metric this run logs, one of val/loss,"
+                           " val/acc_mean, val/acc_weighted,")
+    assert line.endswith("; got 'val/acc_avg'") and "test/" not in line and "Rounds:" not in err
+    assert not list((tmp_path / "logs").rglob("*.ckpt"))
 
 
 def test_validate_without_validation_split_is_one_line(tiny, tmp_path, capsys):

@@ -12,6 +12,7 @@ from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundErr
 from lightning_fl.datamodules.leaf import LEAF_LETTERS, encode_text
 
 from lightning_fl.validation import ConfigError
+from tests.conftest import run_cli
 
 
 def leaf_file(users: dict[str, tuple[list, list]]) -> dict:
@@ -125,3 +126,45 @@ def test_fractional_labels_are_an_error_not_a_truncation(tmp_path):
     dm = LeafDataModule(data_dir=str(root), test_dir=None, test_fraction=0.0)
     dm.setup()  # whole numbers written as floats are class indices
     assert sorted(dm.data.y_train.tolist()) == [0, 1, 2]
+
+
+def _ragged_between_users(root):
+    (root / "train" / "all_1.json").write_text(json.dumps(leaf_file({"c": ([[1.0] * 15] * 4, [2] * 4)})))
+    return "user 'c': train samples have shape (15,), but the train samples of user 'a' have (16,)"
+
+
+def _ragged_within_a_user(root):
+    (root / "train" / "all_1.json").write_text(json.dumps(leaf_file({"c": ([[1.0] * 16, [1.0] * 15], [2, 2])})))
+    return "user 'c': inputs must be a rectangular array of numbers (every sample the same number of features); got" \
+           " samples of [15, 16] features"
+
+
+def _user_data_as_a_list(root):
+    blob = leaf_file({"c": femnist_like(4, 2)})
+    blob["user_data"] = list(blob["user_data"].values())
+    (root / "train" / "all_1.json").write_text(json.dumps(blob))
+    return "all_1.json: user_data must be an object mapping each user to its x and y; got a list"
+
+
+def _test_features_differ(root):
+    (root / "test" / "all_0.json").write_text(json.dumps(leaf_file({"a": ([[0.0] * 12] * 2, [0, 0])})))
+    return "user 'a': test samples have shape (12,), but the train samples of user 'a' have (16,)"
+
+
+@pytest.mark.parametrize("damage", [_ragged_between_users, _ragged_within_a_user, _user_data_as_a_list,
+                                    _test_features_differ])
+def test_malformed_features_are_one_line_errors(leaf_dir, damage):
+    message = damage(leaf_dir)
+    with pytest.raises(CorruptDataError) as info:
+        LeafDataModule(data_dir=str(leaf_dir)).setup()
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert isinstance(info.value, ConfigError)  # the CLI prints it as one error: line, exit 2
+
+
+def test_a_malformed_leaf_file_is_one_error_line_from_the_cli(leaf_dir, tiny, tmp_path, capsys):
+    expected = _user_data_as_a_list(leaf_dir)
+    data = {"class_path": "lightning_fl.datamodules.LeafDataModule", "init_args": {"data_dir": str(leaf_dir)}}
+    assert run_cli("fit", "--config", str(tiny(data=data))) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].endswith(expected)
+    assert err.strip().splitlines()[-1].startswith("error: ")
