@@ -49,6 +49,7 @@ __all__ = ["RunInterrupted", "checkpoint_rounds", "interrupting_signal", "launch
 #: Exits that mean "stopped from outside", not "failed": the run is resumed from its checkpoint.
 INTERRUPTING_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGKILL, signal.SIGTERM, signal.SIGUSR1)
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+_ALREADY_DONE = "its checkpoint already held every round"
 
 
 class RunInterrupted(RuntimeError):
@@ -206,7 +207,7 @@ def launch(run: Run, train: Callable[[Run], int] = train_in_subprocess, max_inte
     seconds = time.perf_counter() - started
     rounds = checkpoint_rounds(run.log_dir / CHECKPOINT)
     if checkpoint is not None and rounds is not None and rounds == before:
-        notes.append(f"its checkpoint already held every round ({rounds}): nothing retrained")
+        notes.append(f"{_ALREADY_DONE} ({rounds}): nothing retrained")
     marker = {**identity(run), "seconds": seconds, "resumed": checkpoint is not None, "restarted": restarted,
               "history": notes}
     (run.log_dir / FINISHED).write_text(json.dumps(marker))
@@ -283,7 +284,11 @@ def run_all(runs: Sequence[Run], jobs: int = 2, launcher: Callable[[Run], float]
 def _finished_summary(run: Run, seconds: float) -> str:
     marker = json.loads((run.log_dir / FINISHED).read_text()) if (run.log_dir / FINISHED).is_file() else {}
     history = marker.get("history") or []
-    return f"trained in {seconds:.1f} s" + (f" ({'; '.join(history)})" if history else "")
+    if history and history[-1].startswith(_ALREADY_DONE):
+        return f"finished, not retrained: {history[-1]}"
+    how = "restarted, then trained" if marker.get("restarted") else "resumed, trained" if marker.get("resumed") \
+        else "trained"
+    return f"{how} in {seconds:.1f} s" + (f" ({'; '.join(history)})" if history else "")
 
 
 def _watch_signals() -> dict[int, object]:

@@ -113,11 +113,14 @@ def test_a_failed_resume_is_moved_aside_with_its_log_reported_and_the_run_restar
     _assert_same_model(whole, cut)
 
 
-def test_a_finished_run_without_its_marker_is_recognised_as_finished_not_retrained(whole):
+def test_a_finished_run_without_its_marker_is_recognised_as_finished_not_retrained(whole, capsys):
     checkpoint = (whole.log_dir / CHECKPOINT).read_bytes()
     history = (whole.log_dir / "fairness_history.csv").read_text()
     (whole.log_dir / FINISHED).unlink()
-    launch(whole, train=_train)
+    capsys.readouterr()
+    run_all([whole], jobs=1, launcher=lambda run: launch(run, train=_train))
+    assert capsys.readouterr().out.split("Runs:\n", 1)[1] == (
+        "  whole/seed_3: finished, not retrained: its checkpoint already held every round (4): nothing retrained\n")
     marker = json.loads((whole.log_dir / FINISHED).read_text())
     assert marker["history"] == [f"resuming from round 4 ({whole.log_dir / CHECKPOINT})",
                                  "its checkpoint already held every round (4): nothing retrained"]
@@ -157,7 +160,7 @@ def test_the_summary_says_for_each_run_what_happened(config, whole, tmp_path, ca
     run_all([whole, cut], jobs=1, launcher=lambda run: launch(run, train=train))
     summary = capsys.readouterr().out.split("Runs:\n", 1)[1].splitlines()
     assert summary[0] == "  whole/seed_3: finished before, kept"
-    assert summary[1].startswith("  cut/seed_3: trained in ") and summary[1].endswith(
+    assert summary[1].startswith("  cut/seed_3: resumed, trained in ") and summary[1].endswith(
         " s (interrupted by SIGKILL with 2 rounds checkpointed; resuming)")
 
 
