@@ -215,4 +215,14 @@ def _reason(err: Exception) -> str:
     return f"{type(err).__name__}: {text}"[:160] if text else type(err).__name__
 
 
-__all__ = ["CHECKSUM_KEY", "AtomicCheckpointIO", "install_checkpoint_io", "verify_checkpoint"]
+def last_checkpoint(trainer: Any) -> tuple[Path, int | None] | None:
+    """The newest checkpoint of ``trainer``'s run and its rounds: the last one this process saved, else
+    the one it resumed from; ``None`` if there is none on disk (for the one line a stopped run prints)."""
+    io = getattr(trainer.strategy, "checkpoint_io", None)
+    saved, rounds = getattr(io, "last_saved", None), getattr(io, "last_saved_rounds", None)
+    if saved is None and trainer.ckpt_path:
+        saved, rounds = Path(trainer.ckpt_path), getattr(trainer.lightning_module, "rounds_completed", None)
+    return (Path(saved), rounds) if saved is not None and Path(saved).is_file() else None
+
+
+__all__ = ["CHECKSUM_KEY", "AtomicCheckpointIO", "install_checkpoint_io", "last_checkpoint", "verify_checkpoint"]

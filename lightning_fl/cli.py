@@ -13,6 +13,7 @@ from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 
 from lightning_fl.checkpoint_io import AtomicCheckpointIO
 from lightning_fl.datamodule import FederatedDataModule
+from lightning_fl.dead_rank import lost_rank
 from lightning_fl.datamodules.partitions.config_errors import partition_config_error
 from lightning_fl.distributed import RankFailure
 from lightning_fl.loop import FederatedLoop, check_precision, check_strategy
@@ -233,6 +234,10 @@ def _run(args: list[str] | None, preemption: Preemption, argv: list[str]) -> Non
             if cause is not None:
                 print(f"error: {prefix}{cause}", file=sys.stderr)
                 sys.exit(code)
+        lost = lost_rank(err, preemption.trainer)
+        if lost is not None:
+            print(f"error: {lost}", file=sys.stderr)
+            sys.exit(1)
         raise
     if preemption.stopped():  # the signal came after the last round: still not a normal end
         preemption.exit(argv)

@@ -25,6 +25,7 @@ from lightning_fl.client_rows import DiskRows, RowStore
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.client_table import ClientTable
 from lightning_fl.datamodule import FederatedDataModule
+from lightning_fl.dead_rank import report_dead_children
 from lightning_fl.distributed import CohortSharding
 from lightning_fl.engines import (
     ENGINE_CHOICES,
@@ -353,6 +354,7 @@ class FederatedLoop(LightningModule):
     @override
     def on_fit_start(self) -> None:
         Preemption.instance().watch(self.trainer)  # a stop signal now ends the round in progress first
+        report_dead_children(self.trainer)  # rank 0 of a ddp launch: a dead rank is named before all stop
         numel = sum(p.numel() for p in self.model.parameters())
         cohort = "every client" if self.hierarchy is not None or self.sampling == "all" else f"{self.clients_per_round}"
         rank_zero_info(f"Client model: {type(self.model).__name__}, {numel:,} parameters ({numel * 4 / 1e3:,.1f} kB"

@@ -26,10 +26,11 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from lightning_fabric.plugins.environments import SLURMEnvironment
+
+from lightning_fl.checkpoint_io import last_checkpoint
 
 __all__ = ["STOP_SIGNALS", "Preempted", "Preemption"]
 
@@ -48,13 +49,14 @@ class Preemption:
 
     Attributes:
         signum: The first stop signal received, ``None`` before one.
+        trainer: The trainer of the run being fitted (:meth:`watch`), ``None`` before ``fit`` starts.
     """
 
     _instance: Preemption | None = None
 
     def __init__(self) -> None:
         self.signum: int | None = None
-        self._trainer: Any = None
+        self.trainer: Any = None
         self._previous: dict[int, Any] = {}
 
     @classmethod
@@ -66,7 +68,7 @@ class Preemption:
 
     def install(self) -> None:
         """Handle :data:`STOP_SIGNALS` until :meth:`uninstall` (main thread only; elsewhere nothing changes)."""
-        self.signum, self._trainer = None, None
+        self.signum, self.trainer = None, None
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in STOP_SIGNALS:
@@ -78,7 +80,7 @@ class Preemption:
         """Give the signals back to the handlers they had before :meth:`install`."""
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
-        self._previous, self._trainer = {}, None
+        self._previous, self.trainer = {}, None
 
     def watch(self, trainer: Any) -> None:
         """From now on a stop signal lets ``trainer`` finish (and checkpoint) its round, then stop.
@@ -87,12 +89,12 @@ class Preemption:
         before this one). Without :meth:`install` (a run started from Python rather than the CLI)
         the signals keep Lightning's handling.
         """
-        self._trainer = trainer
+        self.trainer = trainer
 
     def _handle(self, signum: int, frame: Any) -> None:
         first = self.signum is None
         self.signum = self.signum or signum
-        trainer = self._trainer
+        trainer = self.trainer
         if not first or trainer is None or trainer.state.fn != "fit":
             raise Preempted(signal.Signals(signum).name)
         if trainer.is_global_zero:
@@ -114,7 +116,7 @@ class Preemption:
         """
         signum = self.signum or signal.SIGTERM
         name = signal.Signals(signum).name
-        trainer, self._trainer = self._trainer, None
+        trainer, self.trainer = self.trainer, None
         if trainer is None or trainer.is_global_zero:
             print(f"error: {self._summary(name, trainer, args)}", file=sys.stderr, flush=True)
         if trainer is not None and _requeue_signal(trainer) == signum and trainer.is_global_zero:
@@ -125,14 +127,11 @@ class Preemption:
     def _summary(name: str, trainer: Any, args: Sequence[str]) -> str:
         if trainer is None:
             return f"stopped by {name} before training started; nothing was trained or written"
-        io = getattr(trainer.strategy, "checkpoint_io", None)
-        saved, rounds = getattr(io, "last_saved", None), getattr(io, "last_saved_rounds", None)
-        if saved is None and trainer.ckpt_path:  # resumed, and stopped before writing a newer checkpoint
-            saved = Path(trainer.ckpt_path)
-            rounds = trainer.lightning_module.rounds_completed if rounds is None else rounds
-        if saved is None or not Path(saved).is_file():
+        last = last_checkpoint(trainer)
+        if last is None:
             return (f"stopped by {name} during round {trainer.current_epoch + 1}; no checkpoint was written (add a"
                     " ModelCheckpoint with save_on_train_epoch_end: true to resume runs), so it cannot be resumed")
+        saved, rounds = last
         resume = " ".join(shlex.quote(a) for a in ("python", "-m", "lightning_fl", *_without_ckpt_path(args),
                                                    "--ckpt_path", str(saved)))
         return f"stopped by {name}; {saved} holds round {rounds} of {trainer.max_epochs}; resume with: {resume}"
