@@ -10,6 +10,8 @@ restarted, and why. What happens to a run directory that is already there:
 - a run stopped by a signal while it trains (exit ``128 + signal``, or killed: the child of a
   preempted job, the out-of-memory killer) is resumed from its last checkpoint, up to
   ``max_interruptions`` times in a row without progress;
+- a finished run whose result files changed since (``finished.json`` records their sha256) is
+  trained again, the damaged one moved aside as below;
 - anything else (a failed resume, another command or config, a folder the runner did not write) is
   **moved aside** to ``<log_dir>.<why>-<n>`` with its log, reported with the log's last lines, and the
   run starts afresh. Nothing is ever deleted.
@@ -38,8 +40,10 @@ from lightning_fl.experiments.runs import (
     FINISHED,
     STARTED,
     Run,
+    damaged_outputs,
     identity,
     is_finished,
+    output_digests,
     resumable_checkpoint,
 )
 from lightning_fl.experiments.runs import matches as _same_run
@@ -148,6 +152,11 @@ def _say(run: Run, message: str, notes: list[str]) -> None:
 
 def _prepare(run: Run, notes: list[str]) -> Path | None:
     """The checkpoint to resume, after moving aside a directory that cannot be resumed."""
+    damaged = damaged_outputs(run) if _same_run(run.log_dir / FINISHED, run) else []
+    if damaged:  # finished, but a result file was changed since: never read it, train the run again
+        kept = _set_aside(run, "damaged")
+        _say(run, f"training again: {', '.join(damaged)} changed since the run finished (sha256 differs); the damaged"
+                  f" run is kept in {kept}", notes)
     checkpoint = resumable_checkpoint(run)
     if checkpoint is not None:
         rounds = checkpoint_rounds(checkpoint)
@@ -209,7 +218,7 @@ def launch(run: Run, train: Callable[[Run], int] = train_in_subprocess, max_inte
     if checkpoint is not None and rounds is not None and rounds == before:
         notes.append(f"{_ALREADY_DONE} ({rounds}): nothing retrained")
     marker = {**identity(run), "seconds": seconds, "resumed": checkpoint is not None, "restarted": restarted,
-              "history": notes}
+              "history": notes, "outputs": output_digests(run)}
     (run.log_dir / FINISHED).write_text(json.dumps(marker))
     return seconds
 

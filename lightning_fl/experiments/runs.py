@@ -22,12 +22,14 @@ import yaml
 
 from lightning_fl.validation import ConfigError
 
-__all__ = ["CHECKPOINT", "FINISHED", "STARTED", "Run", "default_jobs", "identity", "is_finished", "matches", "parse_seeds",
-           "plan_runs", "resumable_checkpoint"]
+__all__ = ["CHECKPOINT", "FINISHED", "OUTPUTS", "STARTED", "Run", "damaged_outputs", "default_jobs", "identity",
+           "is_finished", "matches", "output_digests", "parse_seeds", "plan_runs", "resumable_checkpoint"]
 
 FINISHED = "finished.json"
 STARTED = "started.json"
 CHECKPOINT = Path("checkpoints") / "last.ckpt"
+#: Files of a finished run that experiments read back; ``finished.json`` records their sha256.
+OUTPUTS = ("fairness_history.csv", "client_accuracy.csv", "rounds_to_target.json")
 
 
 @dataclass(frozen=True)
@@ -139,9 +141,27 @@ def matches(marker: Path, run: Run) -> bool:
         recorded.get("config_sha256", current["config_sha256"]) == current["config_sha256"]
 
 
+def output_digests(run: Run) -> dict[str, str]:
+    """sha256 of each of the run's :data:`OUTPUTS` that exists (recorded in ``finished.json``)."""
+    return {name: hashlib.sha256((run.log_dir / name).read_bytes()).hexdigest()
+            for name in OUTPUTS if (run.log_dir / name).is_file()}
+
+
+def damaged_outputs(run: Run) -> list[str]:
+    """The :data:`OUTPUTS` of a finished run that changed or vanished since it finished (none for markers
+    written before digests were recorded)."""
+    try:
+        recorded = json.loads((run.log_dir / FINISHED).read_text()).get("outputs") or {}
+    except (OSError, ValueError, AttributeError):
+        return []
+    current = output_digests(run)
+    return [name for name, digest in recorded.items() if current.get(name) != digest]
+
+
 def is_finished(run: Run) -> bool:
-    """Whether ``run.log_dir`` holds a run that finished with exactly ``run.command`` and config contents."""
-    return matches(run.log_dir / FINISHED, run)
+    """Whether ``run.log_dir`` holds a run that finished with exactly ``run.command`` and config contents,
+    its result files as they were written (a damaged one is trained again, see the launcher)."""
+    return matches(run.log_dir / FINISHED, run) and not damaged_outputs(run)
 
 
 def resumable_checkpoint(run: Run) -> Path | None:

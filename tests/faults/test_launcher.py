@@ -192,3 +192,24 @@ def test_sigterm_to_the_launcher_stops_its_runs_after_their_round_and_the_same_c
     assert "error: stopped by SIGTERM; " in log and "Traceback" not in log  # the training process stopped cleanly
     rounds = AtomicCheckpointIO().load_checkpoint(checkpoint)["federated"]["rounds_completed"]
     assert 1 <= rounds < 400 and not (checkpoint.parent.parent / FINISHED).exists()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete"])
+def test_a_finished_run_whose_results_were_damaged_is_trained_again_never_read(damage, whole, config, tmp_path,
+                                                                                capsys):
+    history = whole.log_dir / "fairness_history.csv"
+    good = history.read_text()
+    if damage == "truncate":
+        history.write_text(good[: len(good) // 2])
+    elif damage == "flip":
+        history.write_text(good.replace("0.", "9.", 1))
+    else:
+        history.unlink()
+    before = _digests(whole.log_dir)
+    again, = plan_runs({"whole": config}, [3], tmp_path)
+    run_all([again], jobs=1, launcher=lambda run: launch(run, train=_train))
+    kept = whole.log_dir.with_name("seed_3.damaged-1")
+    assert f"whole/seed_3: training again: fairness_history.csv changed since the run finished (sha256 differs); the" \
+           f" damaged run is kept in {kept}" in capsys.readouterr().out
+    assert _digests(kept) == before
+    assert history.read_text() == good  # retrained: the same numbers as the first time
