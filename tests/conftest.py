@@ -10,6 +10,7 @@ import torch
 import yaml
 
 from lightning_fl.cli import main
+from lightning_fl.seeding import derive_seed
 
 torch.set_num_threads(1)  # deterministic and fast on CI's 2 cores
 
@@ -59,6 +60,15 @@ def tiny_config(log_dir: Path, **overrides: Any) -> dict[str, Any]:
 def write_config(path: Path, config: dict[str, Any]) -> Path:
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def reference_epoch_order(seed: int, round_idx: int, client: int, epoch: int, num_samples: int,
+                          sub_round: int = 0) -> torch.Tensor:
+    """Client ``client``'s sample order in ``epoch`` of round ``round_idx``, written from docs/algorithms.md
+    (Local training), not taken from the engines' ``epoch_permutation``: a reference that depends on the
+    client id, so an engine whose batch order ignores it fails the tests that use this."""
+    keys = (seed, "batches", round_idx, client, epoch) + ((sub_round,) if sub_round > 0 else ())
+    return torch.randperm(num_samples, generator=torch.Generator().manual_seed(derive_seed(*keys)))
 
 
 def run_cli(*args: str) -> int:

@@ -79,7 +79,7 @@ def test_trained_accuracy_is_y_k_on_the_full_train_split_in_both_engines() -> No
         partial = False
         for r, seen in enumerate(callback.seen, start=1):
             ids = seen["ids"].tolist()
-            assert ids == ONLINE[r], engine
+            assert ids == ONLINE[r] and seen["participation"].tolist() == F_BY_HAND[r], engine
             sizes = loop.data.train_sizes()[seen["ids"]]
             partial |= bool((seen["steps"] < 2 * ((sizes + 9) // 10)).any())  # a straggler stopped early
             # The reference evaluates each trained row on the client's whole train split, not on what it saw.

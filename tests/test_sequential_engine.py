@@ -13,10 +13,10 @@ from lightning_fl.callbacks.fedprox import FedProx
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.engines import ClientHookSet, LocalTrainingPlan, SequentialEngine
-from lightning_fl.engines.base import epoch_permutation
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.models import LogisticRegression
 from lightning_fl.round_logger import RoundLogger
+from tests.conftest import reference_epoch_order
 
 
 def _data(sizes=(7, 12, 4), features=5, classes=3) -> FederatedData:
@@ -35,7 +35,7 @@ def _reference_client(model, x, y, *, lr, epochs, batch, seed, round_idx, client
     w0, b0 = w.clone(), b.clone()
     correct = 0
     for epoch in range(epochs):
-        order = epoch_permutation(seed, round_idx, client, epoch, len(y))
+        order = reference_epoch_order(seed, round_idx, client, epoch, len(y))
         for start in range(0, len(y), batch):
             idx = order[start : start + batch]
             xb, yb = x[idx], y[idx]
