@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import torch
 import yaml
 
 from lightning_fl.cli import main
+from lightning_fl.seeding import derive_seed
 
 torch.set_num_threads(1)  # deterministic and fast on CI's 2 cores
 
@@ -59,6 +61,37 @@ def tiny_config(log_dir: Path, **overrides: Any) -> dict[str, Any]:
 def write_config(path: Path, config: dict[str, Any]) -> Path:
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def data_required() -> bool:
+    """Whether the files of ``make data`` must be present: set on CI, where a missing file fails a test.
+
+    ``LIGHTNING_FL_REQUIRE_DATA=1`` (exported by ``.ci/run``) or a ``CI`` variable (set by CI services)
+    turns it on; ``LIGHTNING_FL_REQUIRE_DATA=0`` turns it off. Locally neither is set, so ``make test``
+    works without data and the real-data tests skip.
+    """
+    flag = os.environ.get("LIGHTNING_FL_REQUIRE_DATA")
+    if flag is not None:
+        return flag.strip() not in ("", "0")
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false")
+
+
+def skip_without_data(present: bool, reason: str) -> None:
+    """Skip the calling test when a ``make data`` file is absent, or fail it where :func:`data_required`."""
+    if present:
+        return
+    if data_required():
+        pytest.fail(f"{reason} (required here: LIGHTNING_FL_REQUIRE_DATA or CI is set)")
+    pytest.skip(reason)
+
+
+def reference_epoch_order(seed: int, round_idx: int, client: int, epoch: int, num_samples: int,
+                          sub_round: int = 0) -> torch.Tensor:
+    """Client ``client``'s sample order in ``epoch`` of round ``round_idx``, written from docs/algorithms.md
+    (Local training), not taken from the engines' ``epoch_permutation``: a reference that depends on the
+    client id, so an engine whose batch order ignores it fails the tests that use this."""
+    keys = (seed, "batches", round_idx, client, epoch) + ((sub_round,) if sub_round > 0 else ())
+    return torch.randperm(num_samples, generator=torch.Generator().manual_seed(derive_seed(*keys)))
 
 
 def run_cli(*args: str) -> int:

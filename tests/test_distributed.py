@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -65,9 +64,18 @@ def test_two_processes_train_the_single_process_model(two_processes, name: str, 
         assert torch.equal(one["weights"], two["weights"])
         # Evaluation is sharded by chunks of samples and gathered: the same fairness metrics.
         assert one["history"] == two["history"]
-    else:  # other chunks (vectorized) or partial sums (reduce): equal to float rounding
+    else:  # other chunks (vectorized) or partial sums (reduce): equal to float rounding (README, Scaling out)
         torch.testing.assert_close(two["weights"], one["weights"], rtol=1e-5, atol=1e-6)
-        assert len(one["history"]) == len(two["history"])
+        _assert_history_close(one["history"], two["history"])
+
+
+def _assert_history_close(one: list[dict], two: list[dict]) -> None:
+    """The same evaluations (stage, round, metric names), every metric equal to float rounding."""
+    assert [(r["stage"], r["round"], sorted(r)) for r in two] == [(r["stage"], r["round"], sorted(r)) for r in one]
+    for a, b in zip(one, two, strict=True):
+        for key, value in a.items():
+            if key not in ("stage", "round"):
+                assert b[key] == pytest.approx(value, rel=1e-5, abs=1e-6), (a["stage"], a["round"], key)
 
 
 def test_reduce_moves_a_model_per_rank_instead_of_every_client(two_processes) -> None:
@@ -187,10 +195,8 @@ def test_strategies_that_cannot_shard_clients_get_one_line(tmp_path: Path, strat
 def test_a_dead_rank_stops_the_others_with_its_name(tmp_path: Path) -> None:
     dies = {"class_path": "tests.distributed.faults.DieAtRound", "init_args": {"rank": 1, "round_idx": 1}}
     config = _config(tmp_path, "dies", **{"trainer.callbacks": [dies], "model.collective_timeout": 20.0})
-    started = time.perf_counter()
-    result = _cli("fit", "--config", str(config), *DDP2, timeout=240)
+    result = _cli("fit", "--config", str(config), *DDP2, timeout=240)  # a hang guard, not a timing check
     assert result.returncode != 0
-    assert time.perf_counter() - started < 200
     assert re.search(r"error: round 2: rank 1 (did not reach the exchange|closed its connection)", result.stderr), \
         result.stderr[-3000:]
 

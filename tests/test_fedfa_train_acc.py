@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
@@ -33,13 +34,22 @@ class RecordingFedFa(FedFa):
         return weights, degenerate
 
 
+# Who is online in each round (sampling: all trains every online client): the participation counts
+# f_k (this round included) follow by hand, and are unequal in round 2, where an offset of f_k shows.
+ONLINE = {1: [0, 1, 2, 3], 2: [1, 2, 4, 5]}
+F_BY_HAND = {1: [1, 1, 1, 1], 2: [2, 2, 1, 1]}  # round 2: clients 1 and 2 for the second time, 4 and 5 the first
+
+
 def _fit(engine: str) -> tuple[FederatedLoop, RecordingFedFa]:
-    """Two rounds of 4 of 6 Synthetic clients; a deadline leaves some of them partial work."""
+    """Two rounds of the 6 Synthetic clients online in ``ONLINE``; a deadline leaves some of them partial work."""
     torch.manual_seed(0)
+    trace = Path(tempfile.mkdtemp(prefix="lfl-")) / "online.csv"
+    trace.write_text("round,client,available\n" + "".join(f"{r},{k},1\n" for r, ks in ONLINE.items() for k in ks))
     callback = RecordingFedFa()
     loop = FederatedLoop(client=LogisticRegression(60, 10), optimizer=lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.5),
-                         clients_per_round=4, local_epochs=2, batch_size=10, seed=0, engine=engine,
-                         system=SystemHeterogeneity(speed_mean=3.0, speed_sigma=1.0, deadline=3.0, stragglers="partial"))
+                         clients_per_round=6, sampling="all", local_epochs=2, batch_size=10, seed=0, engine=engine,
+                         system=SystemHeterogeneity(availability_trace=str(trace), speed_mean=3.0, speed_sigma=1.0,
+                                                    deadline=3.0, stragglers="partial"))
     trainer = pl.Trainer(default_root_dir=tempfile.mkdtemp(prefix="lfl-"), max_epochs=2, accelerator="cpu", logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          limit_val_batches=0, callbacks=[callback])
@@ -67,14 +77,16 @@ def test_trained_accuracy_is_y_k_on_the_full_train_split_in_both_engines() -> No
     for engine, (loop, callback) in runs.items():
         assert loop.engine.name == engine and len(callback.seen) == 2
         partial = False
-        for seen in callback.seen:
+        for r, seen in enumerate(callback.seen, start=1):
             ids = seen["ids"].tolist()
+            assert ids == ONLINE[r] and seen["participation"].tolist() == F_BY_HAND[r], engine
             sizes = loop.data.train_sizes()[seen["ids"]]
             partial |= bool((seen["steps"] < 2 * ((sizes + 9) // 10)).any())  # a straggler stopped early
             # The reference evaluates each trained row on the client's whole train split, not on what it saw.
             reference = [_reference_accuracy(row, *loop.data.client_train(k)) for k, row in zip(ids, seen["rows"])]
             assert seen["trained_acc"].tolist() == reference, engine
-            expected = _fedfa_weights(reference, seen["participation"].tolist())
+            # f_k by hand (F_BY_HAND), not the run's own counts: an f_k off by one changes round 2's weights.
+            expected = _fedfa_weights(reference, F_BY_HAND[r])
             torch.testing.assert_close(seen["weights"].double(), torch.tensor(expected, dtype=torch.float64),
                                        rtol=1e-6, atol=1e-7)
         assert partial, engine

@@ -11,10 +11,10 @@ import torch
 from lightning_fl.callbacks import FedAvg, FedProx, Scaffold
 from lightning_fl.datamodules import SyntheticDataModule
 
-from lightning_fl.engines.base import epoch_permutation
 from lightning_fl.loop import FederatedLoop
 from lightning_fl.models import LogisticRegression
 from lightning_fl.system import SystemHeterogeneity
+from tests.conftest import reference_epoch_order
 
 
 def _sgd(params):
@@ -61,7 +61,7 @@ def test_a_budget_inside_an_epoch_takes_exactly_those_batches() -> None:
     x, y = loop.data.client_train(2)
     model = copy.deepcopy(loop.model)
     w, b = model.linear.weight.detach().clone(), model.linear.bias.detach().clone()
-    order = epoch_permutation(0, 0, 2, 0, len(y))
+    order = reference_epoch_order(0, 0, 2, 0, len(y))
     correct, loss_sum = 0, 0.0
     for step in range(3):
         index = order[step * 10 : step * 10 + 10]

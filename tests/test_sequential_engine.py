@@ -13,10 +13,10 @@ from lightning_fl.callbacks.fedprox import FedProx
 from lightning_fl.client_state import ClientStateStore
 from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.engines import ClientHookSet, LocalTrainingPlan, SequentialEngine
-from lightning_fl.engines.base import epoch_permutation
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.models import LogisticRegression
 from lightning_fl.round_logger import RoundLogger
+from tests.conftest import reference_epoch_order
 
 
 def _data(sizes=(7, 12, 4), features=5, classes=3) -> FederatedData:
@@ -28,14 +28,14 @@ def _data(sizes=(7, 12, 4), features=5, classes=3) -> FederatedData:
                          offsets_from_sizes([1, 1, 1]), classes)
 
 
-def _reference_client(model, x, y, *, lr, epochs, batch, seed, round_idx, client, mu=0.0):
+def _reference_client(model, x, y, *, lr, epochs, batch, seed, round_idx, client, mu=0.0, sub_round=0):
     """Plain SGD written out by hand: w <- w - lr * (grad CE + mu (w - w^t))."""
     w = model.linear.weight.detach().clone()
     b = model.linear.bias.detach().clone()
     w0, b0 = w.clone(), b.clone()
     correct = 0
     for epoch in range(epochs):
-        order = epoch_permutation(seed, round_idx, client, epoch, len(y))
+        order = reference_epoch_order(seed, round_idx, client, epoch, len(y), sub_round)
         for start in range(0, len(y), batch):
             idx = order[start : start + batch]
             xb, yb = x[idx], y[idx]
@@ -50,8 +50,9 @@ def _reference_client(model, x, y, *, lr, epochs, batch, seed, round_idx, client
     return torch.cat([w.reshape(-1), b]), correct / len(y)
 
 
+@pytest.mark.parametrize("sub_round", [0, 2])  # 2: an institution round of the hierarchy (its own batches)
 @pytest.mark.parametrize(("callback", "mu"), [(FedAvg(), 0.0), (FedProx(mu=0.5), 0.5)])
-def test_round_matches_hand_written_reference(callback, mu):
+def test_round_matches_hand_written_reference(callback, mu, sub_round):
     torch.manual_seed(0)
     model = LogisticRegression(5, 3)
     data = _data()
@@ -59,12 +60,13 @@ def test_round_matches_hand_written_reference(callback, mu):
     engine = SequentialEngine(plan)
     engine.setup(model, data, ClientStateStore(3))
     ids = torch.tensor([0, 1, 2])
-    update = engine.train_cohort(4, ids, torch.ones(3, dtype=torch.long), ClientHookSet([callback]))
+    update = engine.train_cohort(4, ids, torch.ones(3, dtype=torch.long), ClientHookSet([callback]), sub_round=sub_round)
 
     expected, accs = [], []
     for k in range(3):
         x, y = data.client_train(k)
-        w, acc = _reference_client(model, x, y, lr=0.1, epochs=2, batch=3, seed=11, round_idx=4, client=k, mu=mu)
+        w, acc = _reference_client(model, x, y, lr=0.1, epochs=2, batch=3, seed=11, round_idx=4, client=k, mu=mu,
+                                    sub_round=sub_round)
         expected.append(w)
         accs.append(acc)
     torch.testing.assert_close(update.weights, torch.stack(expected), rtol=1e-5, atol=1e-6)

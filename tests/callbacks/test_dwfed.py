@@ -81,6 +81,33 @@ def test_population_covers_all_clients_not_only_the_cohort():
     torch.testing.assert_close(got, torch.tensor([alpha[0] + 2 * alpha[1], 2 * alpha[1]], dtype=F64))
 
 
+# Unequal client sizes (8, 3 and 2 samples), so the population P (all label counts summed, then
+# normalised) differs from the mean of the clients' distributions ([7/12, 5/12]):
+#   P = [6 + 0 + 2, 2 + 3 + 0] / 13 = [8/13, 5/13]
+#   p_0 = [3/4, 1/4]: D_0 = |39/52 - 32/52| + |13/52 - 20/52| = 14/52 = 7/26
+#   p_1 = [0, 1]:     D_1 = 8/13 + 8/13 = 16/13
+#   p_2 = [1, 0]:     D_2 = 5/13 + 5/13 = 10/13
+# Cohort {0, 1, 2}, K = 3, eta_ish = 1: ISH_k = (1 - D_k / 3) / (1 + D_k)
+#   ISH_0 = (71/78) / (33/26) = 71/99;  ISH_1 = (23/39) / (29/13) = 23/87;  ISH_2 = (29/39) / (23/13) = 29/69
+UNEQUAL = torch.tensor([[6, 2], [0, 3], [2, 0]])
+UNEQUAL_ISH = [71 / 99, 23 / 87, 29 / 69]
+
+
+@pytest.mark.parametrize("by_samples", [False, True])
+def test_unequal_client_sizes_by_hand(by_samples):
+    # weight_by_samples multiplies ISH_k by n_k = [8, 3, 2] before normalising.
+    raw = [ish * n for ish, n in zip(UNEQUAL_ISH, (8, 3, 2))] if by_samples else UNEQUAL_ISH
+    alpha = [r / sum(raw) for r in raw]
+    log = RecordingLogger()
+    got = _aggregate(DWFed(weight_by_samples=by_samples), 0, torch.zeros(2, dtype=F64),
+                     update([0, 1, 2], Y, samples=[8, 3, 2]), _federation(hist=UNEQUAL), log=log)
+    expected = [sum(alpha[k] * Y[k][i] for k in range(3)) for i in range(2)]
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-12)
+    tags = {tag: values for tag, values, _ in log.histograms}
+    torch.testing.assert_close(tags["server/emd"].double(), torch.tensor([7 / 26, 16 / 13, 10 / 13], dtype=F64),
+                               rtol=1e-6, atol=0)
+
+
 def test_eta_client_lr_and_weight_by_samples():
     # eta = client lr = 0.5, K = 3; ISH_k = (1 - 0.5 D_k / 3) / (1 + D_k), times n_k = [10, 20, 30].
     raw = [ish(EMD[k], 3, eta=0.5) * n for k, n in zip(range(3), (10, 20, 30))]

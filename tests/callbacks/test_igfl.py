@@ -21,7 +21,6 @@ from lightning_fl.engines import (
     LocalTrainingPlan,
     SequentialEngine,
 )
-from lightning_fl.engines.base import epoch_permutation
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.models import LogisticRegression
 from lightning_fl.validation import ConfigError
@@ -40,7 +39,7 @@ from tests.callbacks.helpers import (
     vector_layout,
     with_checkpoint,
 )
-from tests.conftest import run_cli
+from tests.conftest import reference_epoch_order, run_cli
 
 F64 = torch.float64
 FED = fake_federation(vector_layout(2))
@@ -210,7 +209,7 @@ def _reference_igfl_client(w, b, x, y, *, lr, batch, seed, round_idx, client, pr
     steps = math.ceil(len(y) / batch)  # one local epoch
     prev_w, prev_b = prev
     server_w, server_b = server
-    order = epoch_permutation(seed, round_idx, client, 0, len(y))
+    order = reference_epoch_order(seed, round_idx, client, 0, len(y))
     for start in range(0, len(y), batch):
         idx = order[start : start + batch]
         xb, yb = x[idx], y[idx]

@@ -18,6 +18,7 @@ from lightning_fl.datamodules.partitions import Shards
 from lightning_fl.datamodules.train_test_pool import deal_by_label, stratified_subsample
 
 from lightning_fl.validation import ConfigError
+from tests.conftest import skip_without_data
 
 REPO = Path(__file__).resolve().parents[2]
 NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -188,9 +189,9 @@ def test_stratified_subsample_keeps_every_class():
 FASHION_DIR = REPO / "data" / "fashion-mnist"
 
 
-@pytest.mark.skipif(not all((FASHION_DIR / (n + ".gz")).is_file() for n in NAMES),
-                    reason="Fashion-MNIST not in data/fashion-mnist; run `make data` (CI does)")
 def test_real_fashion_mnist():
+    skip_without_data(all((FASHION_DIR / (n + ".gz")).is_file() for n in NAMES),
+                      "Fashion-MNIST not in data/fashion-mnist; run `make data` (CI does)")
     x_tr, y_tr, x_te, y_te = load_idx_dataset(FASHION_MNIST, REPO / "data")  # shapes + sha256 of all four files
     assert x_tr.shape == (60000, 28, 28) and x_te.shape == (10000, 28, 28)
     assert np.bincount(y_tr).tolist() == [6000] * 10 and np.bincount(y_te).tolist() == [1000] * 10

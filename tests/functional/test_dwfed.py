@@ -48,6 +48,18 @@ def test_cohort_emd_uses_whole_population() -> None:
     assert torch.equal(w, torch.tensor([0.8, 0.2], dtype=F64))  # ISH = [1, 0.25]
 
 
+def test_cohort_emd_with_unequal_client_sizes() -> None:
+    # Sizes 8, 3, 2: P = [8, 5] / 13 (counts summed, not the mean [7/12, 5/12] of the clients' distributions);
+    # D_0 = |3/4 - 8/13| + |1/4 - 5/13| = 7/26, D_1 = 2 * 8/13 = 16/13, D_2 = 2 * 5/13 = 10/13.
+    hist = torch.tensor([[6, 2], [0, 3], [2, 0]])
+    emd = cohort_emd(hist, torch.tensor([0, 1, 2]))
+    assert torch.allclose(emd, torch.tensor([7 / 26, 16 / 13, 10 / 13], dtype=F64), rtol=1e-15, atol=0)
+    # K = 3: ISH = [(1 - 7/78) / (33/26), (1 - 16/39) / (29/13), (1 - 10/39) / (23/13)] = [71/99, 23/87, 29/69]
+    w, _ = ish_weights(emd, cohort_size=3)
+    raw = [71 / 99, 23 / 87, 29 / 69]
+    assert torch.allclose(w, torch.tensor([r / sum(raw) for r in raw], dtype=F64), rtol=1e-14, atol=0)
+
+
 def test_validation() -> None:
     with pytest.raises(ValueError, match="cohort_size must be >= 1"):
         ish_weights(torch.zeros(1), cohort_size=0)
