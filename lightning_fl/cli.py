@@ -17,7 +17,8 @@ from lightning_fl.datamodules.partitions.config_errors import partition_config_e
 from lightning_fl.distributed import RankFailure
 from lightning_fl.loop import FederatedLoop, check_precision, check_strategy
 from lightning_fl.out_of_memory import OutOfMemory, explain_out_of_memory, memory_failure
-from lightning_fl.validation import CheckpointError, CheckpointWriteError, ConfigError, DivergenceError
+from lightning_fl.validation import (CheckpointError, CheckpointWriteError, ClientStateError, ConfigError,
+                                     DivergenceError)
 
 # One "batch" (a round ticket) per epoch by design: no workers needed, nothing to log per batch.
 # With several processes every rank computes the same metrics from the same gathered results (the
@@ -162,16 +163,18 @@ def _root_cause(err: BaseException, kind: type[BaseException]) -> BaseException 
 def main(args: list[str] | None = None) -> None:
     """Entry point; configuration, checkpoint, divergence and memory errors print one line and exit non-zero.
 
-    Exit codes: 2 for an invalid configuration or an unreadable ``--ckpt_path`` (nothing was
-    trained), 1 for a run that stopped: diverged, out of memory, a rank lost, a checkpoint that could
-    not be written (the checkpoints written before are kept).
+    Exit codes: 2 for an invalid configuration, an unreadable ``--ckpt_path`` or a damaged
+    ``client_state`` file (nothing was trained), 1 for a run that stopped: diverged, out of memory, a
+    rank lost, a checkpoint or client state file that could not be written (the checkpoints written
+    before are kept).
     """
     try:
         FederatedCLI(args=args)
     except Exception as err:
-        for kind, code, prefix in ((ConfigError, 2, ""), (CheckpointError, 2, "--ckpt_path "),
-                                   (DivergenceError, 1, ""), (OutOfMemory, 1, ""), (RankFailure, 1, ""),
-                                   (CheckpointWriteError, 1, "")):
+        # ClientStateError before CheckpointError (its base): the file it names is not --ckpt_path.
+        for kind, code, prefix in ((ConfigError, 2, ""), (ClientStateError, 2, ""),
+                                   (CheckpointError, 2, "--ckpt_path "), (DivergenceError, 1, ""),
+                                   (OutOfMemory, 1, ""), (RankFailure, 1, ""), (CheckpointWriteError, 1, "")):
             cause = _root_cause(err, kind)
             if cause is not None:
                 print(f"error: {prefix}{cause}", file=sys.stderr)

@@ -32,6 +32,17 @@ class CheckpointWriteError(OSError):
     """A checkpoint could not be written (a full disk, a lost mount); the previous file is unchanged."""
 
 
+class ClientStateError(CheckpointError):
+    """A ``model.client_state: disk`` file a checkpoint indexes is missing, empty, truncated or corrupt.
+
+    The message is one line that starts with the file's path and names the client whose record it is.
+    """
+
+
+class ClientStateWriteError(CheckpointWriteError):
+    """A ``model.client_state: disk`` file could not be written; the checkpoints written before are unchanged."""
+
+
 def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:
     """Raise ``ConfigError`` unless ``value`` is one of ``allowed``."""
     allowed = tuple(allowed)
