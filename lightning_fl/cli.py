@@ -17,8 +17,8 @@ from lightning_fl.datamodules.partitions.config_errors import partition_config_e
 from lightning_fl.distributed import RankFailure
 from lightning_fl.loop import FederatedLoop, check_precision, check_strategy
 from lightning_fl.out_of_memory import OutOfMemory, explain_out_of_memory, memory_failure
-from lightning_fl.validation import (CheckpointError, CheckpointWriteError, ClientStateError, ConfigError,
-                                     DivergenceError)
+from lightning_fl.validation import CheckpointError, ClientStateError, ConfigError, DivergenceError, RunWriteError
+from lightning_fl.write_failures import write_failure
 
 # One "batch" (a round ticket) per epoch by design: no workers needed, nothing to log per batch.
 # With several processes every rank computes the same metrics from the same gathered results (the
@@ -165,8 +165,8 @@ def main(args: list[str] | None = None) -> None:
 
     Exit codes: 2 for an invalid configuration, an unreadable ``--ckpt_path`` or a damaged
     ``client_state`` file (nothing was trained), 1 for a run that stopped: diverged, out of memory, a
-    rank lost, a checkpoint or client state file that could not be written (the checkpoints written
-    before are kept).
+    rank lost, a file that could not be written (checkpoint, client state, log, figure, CSV: full disk,
+    file-size limit, read-only folder; the checkpoints written before are kept).
     """
     try:
         FederatedCLI(args=args)
@@ -174,11 +174,15 @@ def main(args: list[str] | None = None) -> None:
         # ClientStateError before CheckpointError (its base): the file it names is not --ckpt_path.
         for kind, code, prefix in ((ConfigError, 2, ""), (ClientStateError, 2, ""),
                                    (CheckpointError, 2, "--ckpt_path "), (DivergenceError, 1, ""),
-                                   (OutOfMemory, 1, ""), (RankFailure, 1, ""), (CheckpointWriteError, 1, "")):
+                                   (OutOfMemory, 1, ""), (RankFailure, 1, ""), (RunWriteError, 1, "")):
             cause = _root_cause(err, kind)
             if cause is not None:
                 print(f"error: {prefix}{cause}", file=sys.stderr)
                 sys.exit(code)
+        failure = write_failure(err)  # Lightning's or a logger's own file (config.yaml, event files, ...)
+        if failure is not None:
+            print(f"error: {failure}", file=sys.stderr)
+            sys.exit(1)
         raise
 
 
