@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from pytorch_lightning.utilities import rank_zero_warn
 
 from lightning_fl.validation import ClientStateError, ClientStateWriteError
 
@@ -145,6 +146,9 @@ class AppendOnlyLog:
         # Relative to the run folder (absolute in checkpoints written before they were relative: kept).
         files = [source / f for f in state["files"]]
         crcs = state["crcs"].tolist() if "crcs" in state else [None] * len(state["ids"])
+        if "crcs" not in state and len(state["ids"]):
+            rank_zero_warn(f"{self.name}: the checkpoint's client state was written before its records were"
+                           " checksummed; reading them unverified")
         self.index = {int(k): (str(files[int(f)]), int(o), int(n), crc) for k, f, o, n, crc in zip(
             state["ids"].tolist(), state["file_index"].tolist(), state["offsets"].tolist(),
             state["lengths"].tolist(), crcs)}
@@ -155,7 +159,9 @@ class AppendOnlyLog:
         for file, (end, k) in sorted(ends.items()):
             _check_size(Path(file), end, self._whose(k))
         for k in sorted(self.index):
-            self.read(k)  # every record verified once now, before round 1
+            data = self.read(k)  # every record verified once now, before round 1
+            if self.index[k][3] is None:  # an older checkpoint's: checksummed from now on
+                self.index[k] = (*self.index[k][:3], zlib.crc32(data))
         self._maps.clear()
         if self.directory is not None:
             self._adopt([f for f in sorted(ends) if Path(f).parent.resolve() != self.directory.resolve()])

@@ -80,6 +80,22 @@ def test_a_short_or_missing_file_is_refused_when_loaded(tmp_path: Path, damage: 
     assert str(err.value) == f"{file}: {message}"
 
 
+def test_an_index_of_an_older_version_still_loads(tmp_path: Path) -> None:
+    """Written before records had checksums and names were relative: absolute paths, no ``crcs``."""
+    table = _disk_table(tmp_path / "old")
+    table.scatter(torch.tensor([3]), torch.full((1, 4), 7.0))
+    snapshot = table.state_dict()
+    old = {**snapshot, "files": [str(tmp_path / "old" / f) for f in snapshot["files"]]}
+    del old["crcs"]
+    restored = _disk_table(tmp_path / "new")
+    with pytest.warns(UserWarning, match="Algo.state: the checkpoint's client state was written before its records"
+                                         " were checksummed; reading them unverified"):
+        restored.load_state_dict(old)
+    assert restored.gather(torch.tensor([3])).tolist() == [[7.0] * 4]
+    assert [Path(f).parent for f in restored.state_dict()["files"]] == [Path(".")]  # copied into its own folder
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["Algo.state.0.log"]
+
+
 # ----------------------------------------------------------------------------------------- CLI runs
 def _config(tiny, **extra: Any) -> Path:
     """SCAFFOLD controls and kept SGD momentum, both on disk (rows and whole objects), ``last.ckpt`` every round."""
