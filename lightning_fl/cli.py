@@ -17,7 +17,8 @@ from lightning_fl.datamodules.partitions.config_errors import partition_config_e
 from lightning_fl.distributed import RankFailure
 from lightning_fl.loop import FederatedLoop, check_precision, check_strategy
 from lightning_fl.out_of_memory import OutOfMemory, explain_out_of_memory, memory_failure
-from lightning_fl.validation import CheckpointError, ClientStateError, ConfigError, DivergenceError, RunWriteError
+from lightning_fl.validation import (CheckpointError, ClientStateError, ConfigError, DivergenceError, OutputWriteError,
+                                     RunWriteError)
 from lightning_fl.write_failures import write_failure
 
 # One "batch" (a round ticket) per epoch by design: no workers needed, nothing to log per batch.
@@ -87,11 +88,15 @@ class FederatedCLI(LightningCLI):
         try:
             super().__init__(FederatedLoop, FederatedDataModule, *args, subclass_mode_data=True, **kwargs)
         except Exception as err:
-            # Explained here, where the loop and trainer (and so the numbers) are still at hand.
+            # Explained here, where the loop and trainer (and so the numbers, the run folder) are still at hand.
             failure = memory_failure(err)
-            if failure is None:
-                raise
-            raise explain_out_of_memory(failure, getattr(self, "model", None), getattr(self, "trainer", None)) from err
+            if failure is not None:
+                raise explain_out_of_memory(failure, getattr(self, "model", None),
+                                            getattr(self, "trainer", None)) from err
+            line = write_failure(err, getattr(getattr(self, "model", None), "run_dir", None))
+            if line is not None and not isinstance(err, RunWriteError):
+                raise OutputWriteError(line) from err
+            raise
 
     def _parse_ckpt_path(self) -> None:
         """Check ``--ckpt_path`` before anything is built: a damaged file fails in one line, at once.

@@ -59,8 +59,12 @@ def writing(path: Path | str, what: str) -> Iterator[None]:
         raise failure from err
 
 
-def write_failure(err: BaseException) -> str | None:
+def write_failure(err: BaseException, folder: Path | str | None = None) -> str | None:
     """One line for a write failure anywhere in ``err``'s cause/context chain, ``None`` if there is none.
+
+    Args:
+        err: What stopped the run.
+        folder: The run folder, named when the failure names no file (a ``write`` to a full disk).
 
     Example:
         >>> import errno
@@ -68,15 +72,16 @@ def write_failure(err: BaseException) -> str | None:
         True
         >>> write_failure(PermissionError(errno.EACCES, "Permission denied", "run/config.yaml"))
         'run/config.yaml: Permission denied; the checkpoints written before are unchanged'
-        >>> print(write_failure(OSError(errno.ENOSPC, "No space left on device")))
-        a file of the run: could not write (No space left on device); the checkpoints written before
-        are unchanged
+        >>> print(write_failure(OSError(errno.ENOSPC, "No space left on device"), "logs/run/version_0"))
+        a file under logs/run/version_0: could not write (No space left on device); the checkpoints
+        written before are unchanged
     """
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
         if isinstance(err, OSError) and err.errno in WRITE_ERRNOS:
             # TensorBoard opens its event file by a bytes path; print it as text.
-            where = os.fsdecode(err.filename) if err.filename is not None else "a file of the run"
+            where = (os.fsdecode(err.filename) if err.filename is not None
+                     else "a file of the run" if folder is None else f"a file under {folder}")
             # A permission error may also come from a read: then "could not write" would be untrue.
             cause = _reason(err) if err.errno in _EITHER_WAY else f"could not write ({_reason(err)})"
             return f"{where}: {cause}; {KEPT}"

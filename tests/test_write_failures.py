@@ -200,3 +200,37 @@ def test_a_csv_on_a_full_disk(tiny, tmp_path: Path, capfd, monkeypatch, name: st
         assert run_cli("fit", "--config", str(config)) == 1
     assert _error_line(capfd) == f"error: {run / name}: could not write {what} (No space left on device); {KEPT}"
     assert _rounds(run / "checkpoints" / "last.ckpt") == rounds
+
+
+def _csv_logger(tmp_path: Path) -> dict[str, Any]:
+    return {"class_path": "pytorch_lightning.loggers.CSVLogger", "init_args": {"save_dir": str(tmp_path / "logs"),
+                                                                               "name": "run"}}
+
+
+def test_histogram_csvs_on_a_full_disk(tiny, tmp_path: Path, capfd, monkeypatch) -> None:
+    # Without TensorBoard, histograms go to histograms/<tag>.csv.
+    assert run_cli("fit", "--config", str(tiny(**SCAFFOLD, **{"trainer.max_epochs": 2,
+                                                              "trainer.logger": _csv_logger(tmp_path)}))) == 0
+    run = version_dir(tmp_path, 0)
+    last = run / "checkpoints" / "last.ckpt"
+    with monkeypatch.context() as patch:
+        refused = deny_writes(patch, run / "histograms", errno.ENOSPC, at="write")
+        capfd.readouterr()
+        assert run_cli("fit", "--config", str(tiny(**SCAFFOLD, **{"trainer.logger": _csv_logger(tmp_path)})),
+                       "--ckpt_path", str(last)) == 1
+    first = Path(refused[0])
+    tag = first.relative_to(run / "histograms").with_suffix("").as_posix()
+    assert _error_line(capfd) == f"error: {first}: could not write histogram {tag} (No space left on device); {KEPT}"
+    assert _rounds(last) == 3  # the resumed run's first histogram is round 4's evaluation
+
+
+def test_a_loggers_own_file_on_a_full_disk_names_the_run_folder(tiny, tmp_path: Path, capfd, monkeypatch) -> None:
+    # Lightning's CSVLogger writes metrics.csv itself; a write() on a full disk names no file.
+    config = tiny(**SCAFFOLD, **{"trainer.max_epochs": 2, "trainer.logger": _csv_logger(tmp_path)})
+    run = version_dir(tmp_path, 0)
+    with monkeypatch.context() as patch:
+        deny_writes(patch, run / "metrics.csv", errno.ENOSPC, at="write")
+        capfd.readouterr()
+        assert run_cli("fit", "--config", str(config)) == 1
+    assert _error_line(capfd) == f"error: a file under {run}: could not write (No space left on device); {KEPT}"
+    assert _rounds(run / "checkpoints" / "last.ckpt") == 2  # CSVLogger writes metrics.csv when training ends
