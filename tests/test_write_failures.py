@@ -234,3 +234,17 @@ def test_a_loggers_own_file_on_a_full_disk_names_the_run_folder(tiny, tmp_path: 
         assert run_cli("fit", "--config", str(config)) == 1
     assert _error_line(capfd) == f"error: a file under {run}: could not write (No space left on device); {KEPT}"
     assert _rounds(run / "checkpoints" / "last.ckpt") == 2  # CSVLogger writes metrics.csv when training ends
+
+
+def test_the_rounds_to_target_result_on_a_full_disk(tiny, tmp_path: Path, capfd, monkeypatch) -> None:
+    callbacks = [*SCAFFOLD["trainer.callbacks"],
+                 {"class_path": "lightning_fl.callbacks.RoundsToTarget", "init_args": {"target": 0.99}}]
+    config = tiny(**{**SCAFFOLD, "trainer.callbacks": callbacks, "trainer.max_epochs": 2})
+    result = version_dir(tmp_path, 0) / "rounds_to_target.json"
+    with monkeypatch.context() as patch:
+        deny_writes(patch, result, errno.ENOSPC, at="write")
+        capfd.readouterr()
+        assert run_cli("fit", "--config", str(config)) == 1
+    assert _error_line(capfd) == (f"error: {result}: could not write the rounds-to-target result (No space left on"
+                                  f" device); {KEPT}")
+    assert _rounds(result.parent / "checkpoints" / "last.ckpt") == 2  # written when training ends
