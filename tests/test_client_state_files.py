@@ -46,9 +46,9 @@ def test_a_flipped_record_is_refused_when_loaded_and_when_read(tmp_path: Path) -
     _flip(tmp_path / "Algo.state.0.log", 20, 4)
     with pytest.raises(ClientStateError) as err:
         _disk_table(tmp_path).load_state_dict(snapshot)
-    assert str(err.value) == (f"{tmp_path / 'Algo.state.0.log'}: client 9's Algo.state (bytes 16-32) does not match its"
-                              " checksum: the client state file is corrupt; resume from an intact copy of the run folder"
-                              " or start the run afresh")
+    assert str(err.value) == (f"{tmp_path / 'Algo.state.0.log'}: client 9's Algo.state (bytes 16-32) does not match"
+                              " its checksum: the client state file is corrupt; resume from an intact copy of the run"
+                              " folder or start the run afresh")
     # Damaged while the run reads it (after loading): refused at the read, not used.
     _flip(tmp_path / "Algo.state.0.log", 20, 4)
     restored = _disk_table(tmp_path)

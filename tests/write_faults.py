@@ -68,7 +68,8 @@ def deny_writes(monkeypatch: Any, folder: Path, error: int, at: str = "open", af
 
     def fail(path: Any) -> None:
         refused.append(os.fsdecode(path))
-        raise OSError(error, os.strerror(error), os.fspath(path))  # as the OS: PermissionError for EACCES, bytes stay bytes
+        # As the OS reports it: PermissionError for EACCES, and a bytes path stays bytes (TensorBoard's are).
+        raise OSError(error, os.strerror(error), os.fspath(path))
 
     real_open, real_os_open, real_mkdir = builtins.open, os.open, os.mkdir
     real_replace, real_rename, real_unlink = os.replace, os.rename, os.unlink
