@@ -161,12 +161,13 @@ def test_a_copied_or_moved_run_resumes_from_its_own_files(half, tiny, tmp_path: 
     assert run_cli("fit", "--config", str(config), "--trainer.logger.init_args.version", "9") == 0  # 4 rounds
     uninterrupted = torch.load(_last(version_dir(tmp_path, 9)), weights_only=False)["state_dict"]
 
-    # A copy beside the original: it reads and extends its own files; the original's stay as they were.
+    # A copy, resumed while the original is gone from its path (kept elsewhere only to hash it afterwards).
     copy = version_dir(tmp_path, 1)
     shutil.copytree(original, copy)
     before = _hashes(original)
+    moved = tmp_path / "moved" / "logs" / "run" / "version_0"
+    shutil.move(original, moved)
     assert run_cli("fit", "--config", str(config), "--ckpt_path", str(_last(copy))) == 0
-    assert _hashes(original) == before
     resumed = torch.load(_last(copy), weights_only=False)
     assert resumed["federated"]["rounds_completed"] == 4
     for key, value in uninterrupted.items():
@@ -174,10 +175,9 @@ def test_a_copied_or_moved_run_resumes_from_its_own_files(half, tiny, tmp_path: 
     for index in (resumed["callbacks"]["Scaffold"]["clients"]["client_control"],
                   resumed["federated"]["clients"]["optimizer_states"]):
         assert index["files"] and all(not Path(f).is_absolute() and (copy / f).is_file() for f in index["files"])
+    assert not original.exists() and _hashes(moved) == before
 
-    # The original moved elsewhere (nothing left at its old path): it resumes there to the same weights.
-    moved = tmp_path / "moved" / "logs" / "run" / "version_0"
-    shutil.move(original, moved)
+    # The original, moved to another folder: it resumes there to the same weights.
     assert run_cli("fit", "--config", str(config), "--ckpt_path", str(_last(moved)),
                    "--trainer.logger.init_args.save_dir", str(tmp_path / "moved" / "logs")) == 0
     assert not original.exists()
@@ -187,6 +187,7 @@ def test_a_copied_or_moved_run_resumes_from_its_own_files(half, tiny, tmp_path: 
 
 
 def test_a_checkpoint_resumed_into_another_run_folder_copies_its_files_in(half, tmp_path: Path) -> None:
+    # Beside the original, which stays in place: read once, never written, and not needed afterwards.
     config, original = half
     before = _hashes(original)
     assert run_cli("fit", "--config", str(config), "--ckpt_path", str(_last(original)),
