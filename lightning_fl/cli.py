@@ -93,9 +93,10 @@ class FederatedCLI(LightningCLI):
             if failure is not None:
                 raise explain_out_of_memory(failure, getattr(self, "model", None),
                                             getattr(self, "trainer", None)) from err
-            line = write_failure(err, getattr(getattr(self, "model", None), "run_dir", None))
-            if line is not None and not isinstance(err, RunWriteError):
-                raise OutputWriteError(line) from err
+            if _root_cause(err, _EXPLAINED) is None:  # a file of Lightning's or a logger's, say
+                line = write_failure(err, getattr(getattr(self, "model", None), "run_dir", None))
+                if line is not None:
+                    raise OutputWriteError(line) from err
             raise
 
     def _parse_ckpt_path(self) -> None:
@@ -154,7 +155,8 @@ def continue_run_directory(logger: Any, ckpt_path: str) -> None:
         init_args["version"] = int(run_dir.name[len("version_"):])
 
 
-def _root_cause(err: BaseException, kind: type[BaseException]) -> BaseException | None:
+def _root_cause(err: BaseException, kind: type[BaseException] | tuple[type[BaseException], ...]
+                ) -> BaseException | None:
     """The first ``kind`` exception in ``err``'s cause/context chain (jsonargparse wraps init errors)."""
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
@@ -163,6 +165,10 @@ def _root_cause(err: BaseException, kind: type[BaseException]) -> BaseException 
         seen.add(id(err))
         err = err.__cause__ or err.__context__
     return None
+
+
+#: Errors that already say what went wrong in one line.
+_EXPLAINED = (ConfigError, CheckpointError, DivergenceError, OutOfMemory, RankFailure, RunWriteError)
 
 
 def main(args: list[str] | None = None) -> None:
