@@ -30,6 +30,7 @@ from lightning_fl.reporting.tables import (
 )
 from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import check_choice, check_positive
+from lightning_fl.write_failures import writing
 
 #: Metrics averaged over the last 10% of rounds (IGFL's tables), logged as ``test/<key>_last10pct``.
 _LAST_ROUNDS_KEYS = ("acc_mean", "acc_pooled")
@@ -165,15 +166,19 @@ class FairnessMetrics(FederatedCallback):
         log_dir = trainer.log_dir  # a collective with several processes: every rank asks once
         if not log_dir or trainer.global_rank != 0:
             return
-        os.makedirs(log_dir, exist_ok=True)
-        with open(os.path.join(log_dir, f"fairness_summary{suffix}.md"), "w") as f:
+        with writing(log_dir, "the run folder"):
+            os.makedirs(log_dir, exist_ok=True)
+        summary = os.path.join(log_dir, f"fairness_summary{suffix}.md")
+        with writing(summary, "the fairness summary"), open(summary, "w") as f:
             f.write(f"Global model after {row['round']} rounds (client test splits).\n\n{table}{note}")
-        with open(os.path.join(log_dir, f"fairness_summary{suffix}.csv"), "w") as f:
+        summary = os.path.join(log_dir, f"fairness_summary{suffix}.csv")
+        with writing(summary, "the fairness summary"), open(summary, "w") as f:
             if last_rounds is None:
                 f.write(fairness_csv({name: row}))
             else:
                 f.write(fairness_csv({name: {**row, **last_rounds[0]}}, LAST_ROUNDS_COLUMNS))
-        with open(os.path.join(log_dir, "fairness_history.csv"), "w") as f:
+        history = os.path.join(log_dir, "fairness_history.csv")
+        with writing(history, "the fairness history"), open(history, "w") as f:
             f.write(",".join(("stage", "round", *FAIRNESS_KEYS)) + "\n")
             f.writelines(",".join([h["stage"], str(h["round"]), *(repr(h[k]) for k in FAIRNESS_KEYS)]) + "\n"
                          for h in self.history)

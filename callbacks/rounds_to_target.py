@@ -15,6 +15,7 @@ from typing_extensions import override
 from lightning_fl.callback import FederatedCallback
 from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import ConfigError, check_choice
+from lightning_fl.write_failures import writing
 
 
 class RoundsToTarget(FederatedCallback):
@@ -89,9 +90,11 @@ class RoundsToTarget(FederatedCallback):
             self._check(trainer, pl_module, evaluated=True)
         log_dir = trainer.log_dir  # a collective with several processes: every rank asks once
         if log_dir and trainer.global_rank == 0:  # one file, whatever the number of processes
-            os.makedirs(log_dir, exist_ok=True)
-            with open(os.path.join(log_dir, "rounds_to_target.json"), "w") as f:
-                json.dump(self.result(), f, indent=2)
+            path = os.path.join(log_dir, "rounds_to_target.json")
+            with writing(path, "the rounds-to-target result"):
+                os.makedirs(log_dir, exist_ok=True)
+                with open(path, "w") as f:
+                    json.dump(self.result(), f, indent=2)
         simulated = "" if self.reached_sim_seconds is None else f" ({self.reached_sim_seconds:.1f} simulated s)"
         reached = (f"round {self.reached_round} after {self.reached_seconds:.1f} s{simulated}" if self.reached_round
                    else f"not reached in {trainer.global_step} rounds")

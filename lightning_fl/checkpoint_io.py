@@ -77,7 +77,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             super().save_checkpoint(payload, path, storage_options)
             return
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            failure = CheckpointWriteError(f"{target.parent}: could not create the checkpoint folder"
+                                           f" ({err.strerror or err}); no checkpoint was written there")
+            failure.errno = err.errno
+            raise failure from err
         _write_atomically(target, lambda file: self._serialize(payload, file))
         self.last_saved = target
         federated = checkpoint.get("federated")
@@ -135,8 +141,10 @@ def install_checkpoint_io(strategy: Strategy) -> None:
 
 def _write_atomically(target: Path, write: Callable[[Any], None]) -> None:
     """``write(file)`` into a temporary file beside ``target``, fsync it, and rename it over ``target``."""
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    temporary = None
     try:
+        # Inside the try: a read-only folder refuses the temporary file itself (PermissionError).
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         with os.fdopen(handle, "wb") as file:
             os.fchmod(file.fileno(), _FILE_MODE)
             write(file)
@@ -144,7 +152,7 @@ def _write_atomically(target: Path, write: Callable[[Any], None]) -> None:
             os.fsync(file.fileno())
         os.replace(temporary, target)
     except BaseException as err:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, TypeError):  # TypeError: no temporary file was made
             os.unlink(temporary)
         cause = _os_error(err)
         if cause is not None:

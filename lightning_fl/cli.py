@@ -20,7 +20,9 @@ from lightning_fl.loop import FederatedLoop, check_precision, check_strategy
 from lightning_fl.out_of_memory import OutOfMemory, explain_out_of_memory, memory_failure
 from lightning_fl.preemption import Preemption
 from lightning_fl.run_checks import check_seed, check_trainer, non_finite_error
-from lightning_fl.validation import CheckpointError, CheckpointWriteError, ConfigError, DivergenceError
+from lightning_fl.validation import (CheckpointError, ClientStateError, ConfigError, DivergenceError, OutputWriteError,
+                                     RunWriteError)
+from lightning_fl.write_failures import write_failure
 
 # One "batch" (a round ticket) per epoch by design: no workers needed, nothing to log per batch.
 # With several processes every rank computes the same metrics from the same gathered results (the
@@ -91,11 +93,16 @@ class FederatedCLI(LightningCLI):
         try:
             super().__init__(FederatedLoop, FederatedDataModule, *args, subclass_mode_data=True, **kwargs)
         except Exception as err:
-            # Explained here, where the loop and trainer (and so the numbers) are still at hand.
+            # Explained here, where the loop and trainer (and so the numbers, the run folder) are still at hand.
             failure = memory_failure(err)
-            if failure is None:
-                raise
-            raise explain_out_of_memory(failure, getattr(self, "model", None), getattr(self, "trainer", None)) from err
+            if failure is not None:
+                raise explain_out_of_memory(failure, getattr(self, "model", None),
+                                            getattr(self, "trainer", None)) from err
+            if _root_cause(err, _EXPLAINED) is None:  # a file of Lightning's or a logger's, say
+                line = write_failure(err, getattr(getattr(self, "model", None), "run_dir", None))
+                if line is not None:
+                    raise OutputWriteError(line) from err
+            raise
 
     def _set_seed(self) -> None:
         # Lightning seeds before `before_instantiate_classes`; a seed numpy refuses would be a traceback.
@@ -187,7 +194,8 @@ def check_rounds_left(checkpoint: dict[str, Any], trainer: Any, ckpt_path: str) 
                       f" --trainer.max_epochs above {done} to train on (rounds cannot be undone)")
 
 
-def _root_cause(err: BaseException, kind: type[BaseException]) -> BaseException | None:
+def _root_cause(err: BaseException, kind: type[BaseException] | tuple[type[BaseException], ...]
+                ) -> BaseException | None:
     """The first ``kind`` exception in ``err``'s cause/context chain (jsonargparse wraps init errors)."""
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
@@ -198,14 +206,20 @@ def _root_cause(err: BaseException, kind: type[BaseException]) -> BaseException 
     return None
 
 
+#: Errors that already say what went wrong in one line.
+_EXPLAINED = (ConfigError, CheckpointError, DivergenceError, OutOfMemory, RankFailure, RunWriteError)
+
+
 def main(args: list[str] | None = None) -> None:
     """Entry point; configuration, checkpoint, divergence and memory errors print one line and exit non-zero.
 
-    Exit codes: 2 for an invalid configuration or an unreadable ``--ckpt_path`` (nothing was
-    trained), 1 for a run that stopped: diverged, out of memory, a rank lost, a checkpoint that could
-    not be written (the checkpoints written before are kept); ``128 + signal`` for a run stopped by
-    SIGTERM, SIGINT or SIGUSR1 (:mod:`lightning_fl.preemption`: ``last.ckpt`` holds the last completed
-    round). 0 also when ``--ckpt_path`` already holds every round asked for (one line says so).
+    Exit codes: 2 for an invalid configuration, an unreadable ``--ckpt_path`` or a damaged
+    ``client_state`` file (nothing was trained), 1 for a run that stopped: diverged, out of memory, a
+    rank lost, a file that could not be written (checkpoint, client state, log, figure, CSV: full disk,
+    file-size limit, read-only folder; the checkpoints written before are kept); ``128 + signal`` for a
+    run stopped by SIGTERM, SIGINT or SIGUSR1 (:mod:`lightning_fl.preemption`: ``last.ckpt`` holds the
+    last completed round). 0 also when ``--ckpt_path`` already holds every round asked for (one line
+    says so).
     """
     argv = list(sys.argv[1:] if args is None else args)
     preemption = Preemption.instance()
@@ -227,16 +241,17 @@ def _run(args: list[str] | None, preemption: Preemption, argv: list[str]) -> Non
             preemption.exit(argv)
         if not isinstance(err, Exception):
             raise
-        for kind, code, prefix in ((ConfigError, 2, ""), (CheckpointError, 2, "--ckpt_path "),
-                                   (DivergenceError, 1, ""), (OutOfMemory, 1, ""), (RankFailure, 1, ""),
-                                   (CheckpointWriteError, 1, "")):
+        # ClientStateError before CheckpointError (its base): the file it names is not --ckpt_path.
+        for kind, code, prefix in ((ConfigError, 2, ""), (ClientStateError, 2, ""),
+                                   (CheckpointError, 2, "--ckpt_path "), (DivergenceError, 1, ""),
+                                   (OutOfMemory, 1, ""), (RankFailure, 1, ""), (RunWriteError, 1, "")):
             cause = _root_cause(err, kind)
             if cause is not None:
                 print(f"error: {prefix}{cause}", file=sys.stderr)
                 sys.exit(code)
-        lost = lost_rank(err, preemption.trainer)
-        if lost is not None:
-            print(f"error: {lost}", file=sys.stderr)
+        failure = write_failure(err) or lost_rank(err, preemption.trainer)  # Lightning's own files, collectives
+        if failure is not None:
+            print(f"error: {failure}", file=sys.stderr)
             sys.exit(1)
         raise
     if preemption.stopped():  # the signal came after the last round: still not a normal end

@@ -6,25 +6,23 @@ whole objects (each client's kept optimizer ``state_dict``). Both map a client i
 save a snapshot that later writes cannot change.
 
 On disk (``model.client_state: disk``) a write appends the value's bytes to a file under the run
-directory and points the client's index entry at them; bytes once written never change. A
-checkpoint therefore holds only the small index (file, offset, length per client), and a later round
-cannot change what an earlier checkpoint sees. Old versions are garbage; when they outweigh the live
-values, the live values are copied to a new file and files referenced neither by the live index nor
-by the last saved snapshot are deleted. Resume therefore works from the most recent checkpoint
-(``last.ckpt``); an older one may point to a deleted file, which loading reports by name.
+directory (:class:`~lightning_fl.append_log.AppendOnlyLog`) and points the client's index entry at
+them; a checkpoint holds only the small index (file, offset, length and CRC-32 per client). Resume
+works from the most recent checkpoint (``last.ckpt``); an older one may point to a file compacted
+away since, which loading reports by name.
 """
 
 from __future__ import annotations
 
 import io
-import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
+
+from lightning_fl.append_log import AppendOnlyLog
 
 
 class RowStore(ABC):
@@ -94,88 +92,11 @@ class MemoryObjects(_InMemory):
         self._values = {int(k): v for k, v in state["objects"].items()}
 
 
-class AppendOnlyLog:
-    """Values as byte strings appended to ``<directory>/<name>.<generation>.log`` (see the module docstring).
-
-    Args:
-        directory: Where the files live (created on first write).
-        name: File-name stem.
-    """
-
-    def __init__(self, directory: Path, name: str) -> None:
-        self.directory, self.name = Path(directory), name
-        self.index: dict[int, tuple[str, int, int]] = {}  # client -> (file, byte offset, length)
-        self._generation = 0
-        self._file: Path | None = None
-        self._maps: dict[str, np.memmap] = {}
-        self._pinned: set[str] = set()
-
-    def read(self, client_id: int) -> bytes | None:
-        entry = self.index.get(client_id)
-        if entry is None:
-            return None
-        file, offset, length = entry
-        mapped = self._maps.get(file)
-        if mapped is None or len(mapped) < offset + length:
-            if not os.path.exists(file):
-                raise FileNotFoundError(f"client state file {file} is missing")
-            mapped = self._maps[file] = np.memmap(file, dtype=np.uint8, mode="r")
-        return mapped[offset : offset + length].tobytes()
-
-    def append(self, client_id: int, data: bytes) -> None:
-        self._write(client_id, data)
-        live = sum(length for _, _, length in self.index.values())
-        if self._file.stat().st_size > 4 * max(live, 16 * len(data)):
-            self._compact()
-
-    def _write(self, client_id: int, data: bytes) -> None:
-        if self._file is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._file = self.directory / f"{self.name}.{self._generation}.log"
-        with open(self._file, "ab") as handle:
-            offset = handle.tell()
-            handle.write(data)
-        self.index[client_id] = (str(self._file), offset, len(data))
-
-    def _compact(self) -> None:
-        """Copy the live values to a new file; delete own files no index still needs."""
-        live = {k: self.read(k) for k in sorted(self.index)}
-        self._generation += 1
-        self._file = None
-        self._maps.clear()
-        for k, data in live.items():
-            self._write(k, data)
-        keep = {f for f, _, _ in self.index.values()} | self._pinned
-        for old in self.directory.glob(f"{self.name}.*.log"):
-            if str(old) not in keep:
-                old.unlink()
-
-    def state_dict(self) -> dict[str, Any]:
-        files = sorted({f for f, _, _ in self.index.values()})
-        self._pinned = set(files)  # the snapshot a checkpoint now refers to stays on disk
-        ids = sorted(self.index)
-        return {"store": "disk", "files": files, "ids": torch.tensor(ids, dtype=torch.long),
-                "file_index": torch.tensor([files.index(self.index[k][0]) for k in ids], dtype=torch.long),
-                "offsets": torch.tensor([self.index[k][1] for k in ids], dtype=torch.long),
-                "lengths": torch.tensor([self.index[k][2] for k in ids], dtype=torch.long)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        files = list(state["files"])
-        for file in files:
-            if not os.path.exists(file):
-                raise FileNotFoundError(f"client state file {file} referenced by the checkpoint is missing;"
-                                        " with model.client_state: disk resume from the latest checkpoint")
-        self.index = {int(k): (files[int(f)], int(o), int(n)) for k, f, o, n in zip(
-            state["ids"].tolist(), state["file_index"].tolist(), state["offsets"].tolist(), state["lengths"].tolist())}
-        self._pinned = set(files)
-        self._maps.clear()
-
-
 class _OnDisk(RowStore):
     """Values as bytes in an :class:`AppendOnlyLog`; subclasses say how a value becomes bytes."""
 
-    def __init__(self, directory: Path, name: str) -> None:
-        self.log = AppendOnlyLog(directory, name)
+    def __init__(self, directory: Path | None, name: str, root: Path | None = None) -> None:
+        self.log = AppendOnlyLog(directory, name, root)
 
     @abstractmethod
     def _encode(self, value: Any) -> bytes: ...
@@ -215,14 +136,16 @@ class DiskRows(_OnDisk):
     """Fixed-shape rows on disk (``model.client_state: disk``).
 
     Args:
-        directory: Where the files live.
+        directory: Where the files live (``None``: only read a loaded snapshot).
         name: File-name stem (the state's name).
         shape: Shape of one row.
         dtype: Row dtype.
+        root: The run folder (a saved index names files relative to it; default: ``directory``).
     """
 
-    def __init__(self, directory: Path, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
-        super().__init__(directory, name)
+    def __init__(self, directory: Path | None, name: str, shape: tuple[int, ...], dtype: torch.dtype,
+                 root: Path | None = None) -> None:
+        super().__init__(directory, name, root)
         self.shape, self.dtype = tuple(shape), dtype
 
     def _encode(self, value: Tensor) -> bytes:

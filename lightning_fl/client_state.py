@@ -20,14 +20,16 @@ class ClientStateStore:
             its participations instead of starting fresh every round (an option of docs/algorithms.md, Local training).
         directory: Keep those states in append-only files there (``model.client_state: disk``)
             instead of memory; ``None``: memory.
+        root: The run folder (a checkpoint names those files relative to it; default: ``directory``).
     """
 
-    def __init__(self, num_clients: int, keep_optimizer_state: bool = False, directory: Path | None = None) -> None:
+    def __init__(self, num_clients: int, keep_optimizer_state: bool = False, directory: Path | None = None,
+                 root: Path | None = None) -> None:
         self.keep_optimizer_state = keep_optimizer_state
         self.participation = torch.zeros(num_clients, dtype=torch.long)
         self.last_round = torch.full((num_clients,), -1, dtype=torch.long)
         self.optimizer_states: RowStore = (MemoryObjects() if directory is None
-                                           else DiskObjects(directory, "optimizer_state"))
+                                           else DiskObjects(directory, "optimizer_state", root))
         # States of this round's clients until the round decides who is kept (a diverged client's
         # state is discarded, so its next participation starts from its last good state).
         self.pending: dict[int, dict[str, Any]] = {}
@@ -72,7 +74,17 @@ class ClientStateStore:
         self.last_round = state["last_round"].clone()
         saved = state["optimizer_states"]
         if saved.get("store") == "disk" and isinstance(self.optimizer_states, MemoryObjects):
-            reader = DiskObjects(Path("."), "optimizer_state")  # written on disk, resumed in memory
+            reader = DiskObjects(None, "optimizer_state")  # written on disk, resumed in memory
             reader.load_state_dict(saved)
             saved = reader.objects_state()
         self.optimizer_states.load_state_dict(saved)
+
+
+def checkpoint_run_dir(ckpt_path: Any, current: Path) -> Path:
+    """The run folder of the checkpoint at ``ckpt_path``: its ``client_state`` files are there.
+
+    That is ``<run>`` for ``<run>/checkpoints/<file>`` (where ModelCheckpoint saves), wherever the
+    folder was moved or copied to; for a checkpoint saved elsewhere, the current run's folder ``current``.
+    """
+    path = Path(str(ckpt_path)) if ckpt_path else None
+    return path.parent.parent if path is not None and path.parent.name == "checkpoints" else current

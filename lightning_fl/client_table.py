@@ -11,7 +11,6 @@ memory-mapped files under the run directory (``model.client_state: disk``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -89,7 +88,7 @@ class ClientTable:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("store") == "disk" and not isinstance(self.rows, DiskRows):
             # Written with model.client_state: disk, resumed in memory: read the rows it points to.
-            reader = DiskRows(Path("."), self.name, self.shape, self.dtype)
+            reader = DiskRows(None, self.name, self.shape, self.dtype)
             reader.load_state_dict(state)
             state = reader.rows_state()
         self.rows.load_state_dict(state)

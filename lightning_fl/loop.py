@@ -22,7 +22,8 @@ from typing_extensions import override
 from lightning_fl.callback import AggregationCallback, FederatedCallback
 from lightning_fl.checkpoint_io import install_checkpoint_io
 from lightning_fl.client_rows import DiskRows, RowStore
-from lightning_fl.client_state import ClientStateStore
+from lightning_fl.append_log import locate_client_state
+from lightning_fl.client_state import ClientStateStore, checkpoint_run_dir
 from lightning_fl.client_table import ClientTable
 from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.dead_rank import report_dead_children
@@ -258,7 +259,9 @@ class FederatedLoop(LightningModule):
             self.hierarchy.setup(data.num_clients, self.local_epochs)
         cohort = data.num_clients if self.hierarchy is not None else self.clients_per_round
         self.sampler = ClientSampler(data.num_clients, cohort, self.sampling, self.seed, data.train_sizes())
-        self.store = ClientStateStore(data.num_clients, self.keep_client_optimizer_state, self._client_state_dir())
+        self.run_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)  # a collective: every rank asks
+        self.store = ClientStateStore(data.num_clients, self.keep_client_optimizer_state, self._client_state_dir(),
+                                      self.run_dir)
         self.layout = FlatStateLayout(self.model.state_dict())
         if self.system is not None:
             self.system.setup(data.num_clients, self.seed, self.local_epochs, self.batch_size, data.train_sizes(),
@@ -331,7 +334,7 @@ class FederatedLoop(LightningModule):
     def _client_state_dir(self) -> Path | None:
         if self.client_state == "memory":
             return None
-        root = Path(self.trainer.log_dir or self.trainer.default_root_dir) / "client_state"
+        root = self.run_dir / "client_state"
         # Every rank holds the whole state (identical on every rank) and writes its own files.
         return root if self.trainer.world_size == 1 else root / f"rank{self.trainer.global_rank}"
 
@@ -339,7 +342,7 @@ class FederatedLoop(LightningModule):
         directory = self._client_state_dir()
         if directory is None:
             return None
-        return lambda table: DiskRows(directory, table.name, table.shape, table.dtype)
+        return lambda table: DiskRows(directory, table.name, table.shape, table.dtype, self.run_dir)
 
     def _set_cpu_threads(self) -> None:
         if self.trainer.strategy.root_device.type != "cpu":
@@ -507,6 +510,7 @@ class FederatedLoop(LightningModule):
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint["federated"]
+        locate_client_state(checkpoint, checkpoint_run_dir(self.trainer.ckpt_path, self.run_dir))
         if "run_config" in state:
             changes = changed_fields(state["run_config"], self._run_config())
             if changes and not self.resume_despite_changes:

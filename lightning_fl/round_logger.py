@@ -28,6 +28,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_only
 from torch import Tensor
 
 from lightning_fl.reporting.figures import figure_to_image
+from lightning_fl.write_failures import writing
 
 #: Records a scalar where ``ModelCheckpoint``/``EarlyStopping`` and the progress bar see it.
 MonitorFn = Callable[[str, float, bool], None]
@@ -146,12 +147,13 @@ class RoundLogger:
             writer.add_histogram(tag, values, self.step)
         path = self.outputs.histogram_path(tag)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            new = not path.exists()
-            with open(path, "a") as f:
-                if new:
-                    f.write("step,value\n")
-                f.writelines(f"{self.step},{v!r}\n" for v in values.double().flatten().tolist())
+            with writing(path, f"histogram {tag}"):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                new = not path.exists()
+                with open(path, "a") as f:
+                    if new:
+                        f.write("step,value\n")
+                    f.writelines(f"{self.step},{v!r}\n" for v in values.double().flatten().tolist())
 
     def log_figure(self, tag: str, figure: Figure) -> None:
         """A matplotlib figure: ``figures/<tag>/round_<step>.png``, and an image in TensorBoard, W&B or MLflow.
@@ -172,8 +174,9 @@ class RoundLogger:
             writer.add_image(tag, image, self.step)
         pixels = np.ascontiguousarray(image.permute(1, 2, 0).numpy())  # (H, W, 3)
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(pixels).save(path, format="PNG")
+            with writing(path, f"figure {tag}"):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(pixels).save(path, format="PNG")
         for logger in others:
             _log_image_to(logger, tag, pixels, self.step)
 

@@ -28,8 +28,30 @@ class CheckpointError(ValueError):
     """
 
 
-class CheckpointWriteError(OSError):
+class RunWriteError(OSError):
+    """A file of the run (checkpoint, client state, figure, CSV, log) could not be written.
+
+    The message is one line naming the file and the cause; the checkpoints written before are unchanged.
+    """
+
+
+class CheckpointWriteError(RunWriteError):
     """A checkpoint could not be written (a full disk, a lost mount); the previous file is unchanged."""
+
+
+class OutputWriteError(RunWriteError):
+    """A figure, CSV or summary of the run could not be written (see :mod:`lightning_fl.write_failures`)."""
+
+
+class ClientStateError(CheckpointError):
+    """A ``model.client_state: disk`` file a checkpoint indexes is missing, empty, truncated or corrupt.
+
+    The message is one line that starts with the file's path and names the client whose record it is.
+    """
+
+
+class ClientStateWriteError(RunWriteError):
+    """A ``model.client_state: disk`` file could not be written; the checkpoints written before are unchanged."""
 
 
 def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:

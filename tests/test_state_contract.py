@@ -9,6 +9,7 @@ discovery test below makes sure no stateful callback is left out of the list.
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import Any
 
 import lightning_fl.callbacks as callbacks
@@ -18,7 +19,7 @@ from torch import Tensor
 
 from lightning_fl.callback import FederatedCallback
 from lightning_fl.client_table import ClientTable
-from tests.callbacks.helpers import CHECKPOINT, run_4_and_2_plus_2
+from tests.callbacks.helpers import CHECKPOINT, run_4_and_2_plus_2, version_dir
 
 HIERARCHY = {"model.hierarchy": {"num_institutions": 2, "local_rounds": 2}}
 #: The Tempo paper's three-layer FedAdp baseline: institutions keep a smoothed angle per client (loop state).
@@ -94,8 +95,8 @@ def _assert_same(a: Any, b: Any, where: str) -> None:
         assert a == b, where
 
 
-def _comparable(state: dict[str, Any], model_numel: int) -> dict[str, Any]:
-    """``state`` without wall-clock entries, with disk-stored client rows read back (paths differ per run)."""
+def _comparable(state: dict[str, Any], model_numel: int, run_dir: Path) -> dict[str, Any]:
+    """``state`` without wall-clock entries, with disk-stored client rows read back (from ``run_dir``'s files)."""
     state = dict(state)
     if "clients" in state:
         clients = {}
@@ -105,7 +106,7 @@ def _comparable(state: dict[str, Any], model_numel: int) -> dict[str, Any]:
                 width = int(rows["lengths"][0]) // 4 if len(rows["lengths"]) else model_numel
                 table = ClientTable(name, shape=(width,))
                 table.bind(model_numel)
-                table.load_state_dict(rows)
+                table.load_state_dict({**rows, "directory": str(run_dir)})
                 rows = table.state_dict()
             clients[name] = rows
         state["clients"] = clients
@@ -125,15 +126,16 @@ def test_declared_state_resumes_exactly(tiny, tmp_path, name: str, init_args: di
     [key] = [k for k in a["callbacks"] if k == name or k.startswith(f"{name}{{")]
     state_a, state_b = a["callbacks"][key], b["callbacks"][key]
     numel = sum(v.numel() for k, v in a["state_dict"].items() if v.is_floating_point() and k.startswith("model."))
-    _assert_same(_comparable(state_a, numel), _comparable(state_b, numel), name)
+    _assert_same(_comparable(state_a, numel, version_dir(tmp_path, 0)),
+                 _comparable(state_b, numel, version_dir(tmp_path, 1)), name)
     for table, rows in state_a.get("clients", {}).items():
         # Rows exist only for clients that trained (never N x d up front).
         assert 0 < len(rows["ids"]) <= 6, table
         assert rows.get("store", "memory") == overrides.get("model.client_state", "memory")
     if "model.hierarchy" in overrides:  # the loop's own declared state: the institutions' (FedAdp angles)
         hierarchy_a, hierarchy_b = dict(a["federated"]["hierarchy"]), dict(b["federated"]["hierarchy"])
-        institution_a = _comparable(hierarchy_a.pop("institution_state"), numel)
-        institution_b = _comparable(hierarchy_b.pop("institution_state"), numel)
+        institution_a = _comparable(hierarchy_a.pop("institution_state"), numel, version_dir(tmp_path, 0))
+        institution_b = _comparable(hierarchy_b.pop("institution_state"), numel, version_dir(tmp_path, 1))
         _assert_same(hierarchy_a, hierarchy_b, "hierarchy")
         _assert_same(institution_a, institution_b, "hierarchy.institution_state")
         if overrides["model.hierarchy"].get("institution_aggregation") == "fedadp":

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from torch import Tensor
 
+from lightning_fl.write_failures import writing
+
 __all__ = ["HEADER", "append_client_rows"]
 
 HEADER = ("round", "stage", "client", "accuracy", "samples")
@@ -35,10 +37,10 @@ def append_client_rows(path: Path, round_number: int, stage: str, accuracies: Te
         with open(path, newline="") as f:
             kept = [r for r in csv.reader(f)][1:]
         kept = [r for r in kept if not (r[1] == stage and int(r[0]) >= round_number)]
-        with open(path, "w", newline="") as f:
+        with writing(path, "the client accuracies"), open(path, "w", newline="") as f:
             csv.writer(f, lineterminator="\n").writerows([HEADER, *kept])
     new = not path.exists()
-    with open(path, "a", newline="") as f:
+    with writing(path, "the client accuracies"), open(path, "a", newline="") as f:
         writer = csv.writer(f, lineterminator="\n")
         if new:
             writer.writerow(HEADER)
