@@ -356,7 +356,6 @@ class FederatedLoop(LightningModule):
 
     @override
     def on_fit_start(self) -> None:
-        Preemption.instance().watch(self.trainer)  # a stop signal now ends the round in progress first
         report_dead_children(self.trainer)  # rank 0 of a ddp launch: a dead rank is named before all stop
         numel = sum(p.numel() for p in self.model.parameters())
         cohort = "every client" if self.hierarchy is not None or self.sampling == "all" else f"{self.clients_per_round}"
@@ -369,6 +368,10 @@ class FederatedLoop(LightningModule):
                           {**self._run_config(), "rounds": self.trainer.max_epochs})
         if self.rounds_completed == 0:
             self._log_partition()
+
+    @override
+    def on_train_start(self) -> None:
+        Preemption.instance().watch(self.trainer)  # a stop signal now ends the round in progress first
 
     @override
     def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -7,7 +7,8 @@ launcher takes a half-trained run for a finished one. :class:`Preemption` instea
 
 - lets the round in progress finish and its checkpoint be written (Lightning's own stop-after-epoch
   path, which also tells the other ranks), so ``last.ckpt`` holds the last completed round; a second
-  signal stops at once (``last.ckpt`` then holds the round before);
+  signal, more than a second after the first, stops at once (``last.ckpt`` then holds the round
+  before; with several processes rank 0 decides, the others follow);
 - prints one line naming the signal, the round the checkpoint holds and the command that resumes it;
 - exits with ``128 + signal`` (143 for SIGTERM, 130 for SIGINT, 138 for SIGUSR1), as a shell reports
   a process killed by that signal;
@@ -25,6 +26,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +38,8 @@ __all__ = ["STOP_SIGNALS", "Preempted", "Preemption"]
 
 #: The signals that stop a run after its current round.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+#: A repeated signal within this many seconds of the first is the same stop delivered twice.
+_REPEAT_SECONDS = 1.0
 
 
 class Preempted(Exception):
@@ -57,6 +61,7 @@ class Preemption:
     def __init__(self) -> None:
         self.signum: int | None = None
         self.trainer: Any = None
+        self._first_at = 0.0
         self._previous: dict[int, Any] = {}
 
     @classmethod
@@ -85,24 +90,38 @@ class Preemption:
     def watch(self, trainer: Any) -> None:
         """From now on a stop signal lets ``trainer`` finish (and checkpoint) its round, then stop.
 
-        Called when ``fit`` starts, before Lightning adds its own SIGTERM handler (which then runs
-        before this one). Without :meth:`install` (a run started from Python rather than the CLI)
-        the signals keep Lightning's handling.
+        Called when training starts, after Lightning registered its own SIGTERM handler, which this
+        replaces: its handler passes the signal on and broadcasts it from inside the handler, which
+        deadlocks when a scheduler signals every rank as well. Without :meth:`install` (a run started
+        from Python rather than the CLI) the signals keep Lightning's handling.
         """
         self.trainer = trainer
+        if self._previous and threading.current_thread() is threading.main_thread():
+            for signum in STOP_SIGNALS:
+                signal.signal(signum, self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:
-        first = self.signum is None
-        self.signum = self.signum or signum
-        trainer = self.trainer
-        if not first or trainer is None or trainer.state.fn != "fit":
+        trainer, now = self.trainer, time.monotonic()
+        if self.signum is None:
+            self.signum, self._first_at = signum, now
+            if trainer is None or trainer.state.fn != "fit":
+                raise Preempted(signal.Signals(signum).name)  # nothing to checkpoint yet
+            if trainer.is_global_zero:
+                print(f"{signal.Signals(signum).name} received: stopping once round {trainer.current_epoch + 1} is done"
+                      " and checkpointed (send it again to stop at once)", file=sys.stderr, flush=True)
+                # Lightning's stop-after-epoch flag: checked once the round's checkpoint is written, and
+                # broadcast from rank 0 to the other ranks at the next round's start, so they stop together.
+                trainer._signal_connector.received_sigterm = True
+                launcher = trainer.strategy.launcher
+                if getattr(launcher, "procs", None):  # the ranks this process started (ddp): pass it on
+                    launcher.kill(signum)
+            return
+        # A repeat stops at once, except the same stop delivered twice (a scheduler signals every
+        # process, and rank 0 passes it on to the ranks it started) and on ranks other than 0, which
+        # stop when rank 0 does: alone, they would leave it waiting at the next exchange.
+        if trainer is None or trainer.state.fn != "fit" or (now - self._first_at > _REPEAT_SECONDS
+                                                            and trainer.is_global_zero):
             raise Preempted(signal.Signals(signum).name)
-        if trainer.is_global_zero:
-            print(f"{signal.Signals(signum).name} received: stopping once round {trainer.current_epoch + 1} is done and"
-                  " checkpointed (send it again to stop at once)", file=sys.stderr, flush=True)
-        # Lightning's stop-after-epoch flag: checked after the round's checkpoint callbacks ran, and
-        # broadcast to the other ranks at the next round's start.
-        trainer._signal_connector.received_sigterm = True
 
     def stopped(self) -> bool:
         """Whether a stop signal arrived (the run must then end with :meth:`exit`, whatever happened)."""

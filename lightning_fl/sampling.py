@@ -40,7 +40,7 @@ class ClientSampler:
     ) -> None:
         check_choice("sampling", mode, SAMPLING_MODES)
         check_positive("clients_per_round", clients_per_round, integer=True)
-        if clients_per_round > num_clients:
+        if clients_per_round > num_clients and mode != "all":  # `all` ignores it: every client, every round
             raise ConfigError(
                 f"clients_per_round must be between 1 and {num_clients} (the number of clients); got {clients_per_round}"
             )

@@ -93,18 +93,21 @@ class LastCheckpointProbe(FederatedCallback):
 
 
 class SignalAtRound(FederatedCallback):
-    """Sends ``signum`` to this process ``times`` times: at the end of round index ``round_idx``, while
+    """Sends ``signum`` to this process ``times`` times, ``gap`` seconds apart: at the end of round index ``round_idx``, while
     that round's checkpoint is being written (``during_save``), or during set-up (``round_idx`` -1).
 
     A preemption as a scheduler or a user delivers it, at a chosen moment (tests/faults).
     """
 
-    def __init__(self, signum: int = 15, round_idx: int = 1, times: int = 1, during_save: bool = False) -> None:
+    def __init__(self, signum: int = 15, round_idx: int = 1, times: int = 1, during_save: bool = False,
+                 gap: float = 1.1) -> None:
         super().__init__()
-        self.signum, self.round_idx, self.times, self.during_save = signum, round_idx, times, during_save
+        self.signum, self.round_idx, self.times, self.during_save, self.gap = signum, round_idx, times, during_save, gap
 
     def _send(self) -> None:
-        for _ in range(self.times):
+        for i in range(self.times):
+            if i:
+                time.sleep(self.gap)  # within a second a repeat counts as the same stop delivered twice
             os.kill(os.getpid(), self.signum)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

@@ -36,6 +36,8 @@ def test_by_samples_prefers_large_clients():
 def test_all_and_full_cohort_return_everyone():
     assert ClientSampler(4, 2, "all", seed=0).sample(5).tolist() == [0, 1, 2, 3]
     assert ClientSampler(4, 4, "uniform", seed=0).sample(5).tolist() == [0, 1, 2, 3]
+    # `all` ignores clients_per_round, so its default (10) does not have to fit a smaller federation.
+    assert ClientSampler(4, 10, "all", seed=0).sample(0).tolist() == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize(("k", "mode", "message"), [

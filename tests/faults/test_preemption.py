@@ -6,9 +6,12 @@ each moment is exact and the runs stay in-process (about a second each).
 
 from __future__ import annotations
 
+import os
 import random
 import shlex
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ from lightning_fl.checkpoint_io import AtomicCheckpointIO
 from tests.conftest import ROUND_CHECKPOINT, run_cli
 
 ROUNDS = 6
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _last(tmp_path: Path, version: int) -> Path:
@@ -94,8 +98,9 @@ def test_a_second_signal_during_the_checkpoint_save_stops_at_once_and_keeps_the_
     _assert_same_weights(_last(tmp_path, 0), last)
 
 
-def test_one_signal_during_the_save_lets_the_save_finish(tiny, tmp_path, capsys):
-    config = _config(tiny, _fault(signal.SIGTERM, 2, during_save=True))
+def test_one_signal_during_the_save_lets_the_save_finish_and_a_duplicate_is_the_same_stop(tiny, tmp_path, capsys):
+    # Sent twice at once, as when a scheduler signals every process and rank 0 passes it on as well.
+    config = _config(tiny, _fault(signal.SIGTERM, 2, during_save=True, times=2, gap=0.0))
     assert run_cli("fit", "--config", str(config)) == 143
     assert _rounds(_last(tmp_path, 0)) == 3
     assert "holds round 3 of 6" in _stop_line(capsys)
@@ -132,3 +137,27 @@ def test_resuming_a_checkpoint_that_holds_every_round_says_so_in_one_true_line(t
         f"error: trainer.max_epochs is 1, below the 2 rounds {last} already holds; set --trainer.max_epochs above 2"
         " to train on (rounds cannot be undone)")
     assert last.read_bytes() == before  # nothing was rewritten
+
+
+def test_two_processes_stop_together_after_the_round_and_resume_to_the_single_process_weights(tiny, tmp_path):
+    # Every rank gets SIGTERM (as from a scheduler), and rank 0 passes it on to rank 1 too: one stop.
+    overrides = {"model.engine": "sequential", "data.init_args.num_clients": 8, "model.clients_per_round": 5}
+    plain = tiny(**{**overrides, "trainer.max_epochs": ROUNDS,
+                    "trainer.callbacks": [{"class_path": "lightning_fl.callbacks.FedFa"}, ROUND_CHECKPOINT]})
+    assert run_cli("fit", "--config", str(plain), "--trainer.logger.init_args.version", "0") == 0
+    stopped = tiny(**{**overrides, "trainer.max_epochs": ROUNDS,
+                      "trainer.callbacks": [{"class_path": "lightning_fl.callbacks.FedFa"},
+                                            _fault(signal.SIGTERM, 2), ROUND_CHECKPOINT]})
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "lightning_fl", "fit", "--config", str(stopped),
+                             "--trainer.logger.init_args.version", "1", "--trainer.strategy", "ddp",
+                             "--trainer.devices", "2", "--trainer.enable_progress_bar", "false"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    last = _last(tmp_path, 1)
+    assert result.returncode == 143, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: stopped by SIGTERM; {last} holds round 3 of 6;")
+    assert _rounds(last) == 3
+    assert run_cli("fit", "--config", str(plain), "--ckpt_path", str(last)) == 0  # on in one process
+    first, second = (AtomicCheckpointIO().load_checkpoint(p)["state_dict"] for p in (_last(tmp_path, 0), last))
+    assert all(torch.equal(first[name], second[name]) for name in first)
