@@ -16,10 +16,10 @@ from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.dead_rank import lost_rank
 from lightning_fl.datamodules.partitions.config_errors import partition_config_error
 from lightning_fl.distributed import RankFailure
-from lightning_fl.loop import FederatedLoop, check_precision, check_strategy
+from lightning_fl.loop import FederatedLoop
 from lightning_fl.out_of_memory import OutOfMemory, explain_out_of_memory, memory_failure
 from lightning_fl.preemption import Preemption
-from lightning_fl.run_checks import check_seed, check_trainer, non_finite_error
+from lightning_fl.run_checks import check_precision, check_seed, check_strategy, check_trainer, non_finite_error
 from lightning_fl.validation import (CheckpointError, ClientStateError, ConfigError, DivergenceError, OutputWriteError,
                                      RunWriteError)
 from lightning_fl.write_failures import write_failure

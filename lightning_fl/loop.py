@@ -12,45 +12,49 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning import LightningModule
 from pytorch_lightning.cli import OptimizerCallable
-from pytorch_lightning.loggers import TensorBoardLogger
-from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy
-from pytorch_lightning.trainer.states import TrainerFn
-from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
+from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.callback import AggregationCallback, FederatedCallback
 from lightning_fl.checkpoint_io import install_checkpoint_io
 from lightning_fl.client_rows import DiskRows, RowStore
-from lightning_fl.append_log import locate_client_state
-from lightning_fl.client_state import ClientStateStore, checkpoint_run_dir
+from lightning_fl.client_state import ClientStateStore
 from lightning_fl.client_table import ClientTable
 from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.dead_rank import report_dead_children
-from lightning_fl.distributed import CohortSharding
 from lightning_fl.engines import (
     ENGINE_CHOICES,
     ClientEngine,
     LocalTrainingPlan,
     build_engine,
 )
-from lightning_fl.evaluation import ClientEvaluation, evaluate_segments
+from lightning_fl.evaluation import ClientEvaluation
 from lightning_fl.federation import ClientOptimizer, Federation, HierarchyView
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.hierarchy import Hierarchy
 from lightning_fl.hparams import write_hparams
 from lightning_fl.preemption import Preemption
 from lightning_fl.models.base import ClientModule
-from lightning_fl.resume_check import changed_fields, data_digest, run_config
 from lightning_fl.round_logger import RoundLogger, RunOutputs
-from lightning_fl.run_checks import check_engine, check_hierarchy_options, check_setup
+from lightning_fl.loop_checkpoint import CheckpointHooks
+from lightning_fl.loop_evaluation import EvaluationHooks
+from lightning_fl.run_checks import (
+    SUPPORTED_PRECISIONS,
+    check_engine,
+    check_finite_inputs,
+    check_hierarchy_options,
+    check_setup,
+    check_without_validation,
+    cohort_sharding,
+    probe_optimizer,
+)
 from lightning_fl.rounds import RoundRunner
 from lightning_fl.sampling import SAMPLING_MODES, ClientSampler
 from lightning_fl.seeding import derive_seed
 from lightning_fl.system import SystemHeterogeneity
 from lightning_fl.validation import ConfigError, check_choice, check_positive
 
-SUPPORTED_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 #: Added to ``trainer.callbacks`` when missing: the aggregation (unless the run has one) and the metrics.
 CLIENT_STATE_STORES = ("memory", "disk")
 EXCHANGES = ("gather", "reduce")
@@ -59,7 +63,7 @@ DEFAULT_CALLBACKS = ("lightning_fl.callbacks.FedAvg", "lightning_fl.callbacks.Fa
 ROUND_PROGRESS_BAR = "lightning_fl.callbacks.RoundProgressBar"
 
 
-class FederatedLoop(LightningModule):
+class FederatedLoop(EvaluationHooks, CheckpointHooks):
     """Runs federated training under a Lightning ``Trainer``: one epoch is one communication round.
 
     Each training step samples a cohort, has the client engine train every member from the global
@@ -166,7 +170,7 @@ class FederatedLoop(LightningModule):
         check_choice("client_state", client_state, CLIENT_STATE_STORES)
         if max_parallel_clients is not None:
             check_positive("max_parallel_clients", max_parallel_clients, integer=True)
-        self.client_lr, self.client_momentum = _probe_optimizer(optimizer)
+        self.client_lr, self.client_momentum = probe_optimizer(optimizer)
         self.automatic_optimization = False
         # An empty parameter whose no-op optimizer step marks each round as one `global_step`, so
         # ModelCheckpoint/EarlyStopping (which count optimizer steps) see progress every round.
@@ -232,8 +236,8 @@ class FederatedLoop(LightningModule):
     def setup(self, stage: str) -> None:
         # Atomic, checksummed checkpoints for CLI and Python runs alike; setup runs before ckpt_path loads.
         install_checkpoint_io(self.trainer.strategy)
-        self.sharding = self._sharding()
-        self.run_outputs = self._run_outputs()
+        self.sharding = cohort_sharding(self.trainer, self.collective_timeout)
+        self.run_outputs = RunOutputs.of_run(self.trainer)
         datamodule = self.trainer.datamodule
         if not isinstance(datamodule, FederatedDataModule):
             raise ConfigError("data must be a lightning_fl.datamodules.FederatedDataModule (e.g. lightning_fl.datamodules.SyntheticDataModule)")
@@ -251,7 +255,7 @@ class FederatedLoop(LightningModule):
             raise ConfigError("trainer.precision 16-mixed needs a GPU; use bf16-mixed or 32-true on CPU")
         check_finite_inputs(data)
         if not data.has_validation:
-            self._check_without_validation(stage)
+            check_without_validation(self.trainer, stage)
         check_setup(self, data, stage)
         self.data = data.to(self.trainer.strategy.root_device)
         self._set_cpu_threads()
@@ -288,48 +292,6 @@ class FederatedLoop(LightningModule):
                                   callbacks, self.sharding, reduce=self.exchange == "reduce", system=self.system,
                                   on_client_divergence=self.on_client_divergence)
         self.rounds.setup_callbacks(training=stage == "fit", make_rows=self._row_store_factory())
-
-    def _check_without_validation(self, stage: str) -> None:
-        """One-line errors for what needs validation splits when ``data.val_fraction`` is 0."""
-        if stage == "validate":
-            raise ConfigError("validate needs the clients' validation splits, but data.val_fraction is 0; set"
-                              " data.val_fraction > 0 (e.g. 0.1), or use test for the test splits")
-        if stage != "fit":
-            return
-        for callback in self.trainer.callbacks:
-            monitor = getattr(callback, "monitor", None)
-            if isinstance(monitor, str) and monitor.startswith("val/"):
-                raise ConfigError(f"{type(callback).__name__}.monitor is {monitor}, but data.val_fraction is 0, so no"
-                                  " val/* metric is logged; set data.val_fraction > 0 (e.g. 0.1) or remove the monitor")
-
-    def _sharding(self) -> CohortSharding:
-        """The cohort split over the run's processes; one-line errors for strategies that cannot work."""
-        strategy = self.trainer.strategy
-        if type(strategy) not in (SingleDeviceStrategy, DDPStrategy):
-            check_strategy(getattr(strategy, "strategy_name", None) or type(strategy).__name__)
-        world = self.trainer.world_size
-        if world > 1 and isinstance(strategy, DDPStrategy) and strategy.process_group_backend == "nccl":
-            local_ranks = max(1, world // max(1, self.trainer.num_nodes))
-            if torch.cuda.is_available() and local_ranks > torch.cuda.device_count():
-                raise ConfigError(f"trainer.strategy: nccl cannot run {local_ranks} ranks on"
-                                  f" {torch.cuda.device_count()} GPU(s); use class_path"
-                                  " pytorch_lightning.strategies.DDPStrategy with init_args {process_group_backend: gloo}")
-        return CohortSharding(world, self.trainer.global_rank, self.collective_timeout)
-
-    def _run_outputs(self) -> RunOutputs:
-        """Tag kinds and figure files of this run: PNGs under the run directory ``trainer.log_dir``, on rank 0.
-
-        Histograms also go to CSV files when no logger of the run is a TensorBoard one. Without any logger
-        (``trainer.logger: false``) no figure or histogram is kept, and one info line says so.
-        """
-        log_dir = self.trainer.log_dir  # a collective with several processes: every rank asks once
-        if not self.trainer.loggers:
-            rank_zero_info("trainer.logger is false: figures and histograms are not saved (any logger, e.g."
-                           " CSVLogger, keeps them under its run directory)")
-            return RunOutputs()
-        directory = log_dir if self.trainer.global_rank == 0 else None
-        with_tensorboard = any(isinstance(logger, TensorBoardLogger) for logger in self.trainer.loggers)
-        return RunOutputs(directory, histogram_files=not with_tensorboard)
 
     def _client_state_dir(self) -> Path | None:
         if self.client_state == "memory":
@@ -406,72 +368,6 @@ class FederatedLoop(LightningModule):
         }, prog_bar=("train/loss",))
         self.rounds.finish(result, log)
 
-    # ------------------------------------------------------------------ evaluation
-    @override
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        if self.trainer.sanity_checking:
-            return
-        # During fit every evaluation round scores both splits: val/* for the monitors, test/* for the
-        # report; `validate` scores the validation splits only.
-        fitting = self.trainer.state.fn == TrainerFn.FITTING
-        self._evaluate(*(("val",) if self.data.has_validation else ()), *(("test",) if fitting else ()))
-
-    @override
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate("test")
-
-    @override
-    def on_validation_epoch_end(self) -> None:
-        if not self.trainer.sanity_checking:
-            self._dispatch_evaluation()
-
-    @override
-    def on_test_epoch_end(self) -> None:
-        self._dispatch_evaluation()
-
-    @override
-    def on_train_end(self) -> None:
-        # The final model is always evaluated: when max_epochs is not a multiple of
-        # check_val_every_n_epoch (or training stopped between evaluations), the last rounds would
-        # otherwise never be scored and the final table would describe an earlier model.
-        if self.rounds_completed > 0 and self._evaluated_round != self.rounds_completed:
-            self._evaluate(*(("val",) if self.data.has_validation else ()), "test")
-            self._dispatch_evaluation(monitor=self._record_metric)
-
-    def _evaluate(self, *stages: str) -> None:
-        """Evaluate the global model on every client's ``stages`` splits (``"val"``, ``"test"``)."""
-        self._pending_evaluations = []
-        for stage in stages:
-            x, y, offsets = self.data.split(stage)
-            correct, total, loss_sum = evaluate_segments(self.model, x, y, offsets, self.eval_batch_size,
-                                                         self.sharding)
-            self._pending_evaluations.append(ClientEvaluation(stage, self.rounds_completed, correct, total, loss_sum))
-
-    def _dispatch_evaluation(self, monitor: Callable[[str, float, bool], None] | None = None) -> None:
-        # `validate` and `test` hand their scalars to Lightning (logger=True, with the round as the
-        # `step` metric), which prints its metric table and returns them from trainer.validate/test.
-        standalone = monitor is None and self.trainer.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING)
-        if standalone and self._pending_evaluations:
-            self.log("step", float(self._pending_evaluations[0].round_number), logger=True, batch_size=1)
-        for evaluation in self._pending_evaluations:
-            log = RoundLogger(self.loggers, evaluation.round_number,
-                              self._log_evaluated if standalone else (monitor or self._monitor), self.run_outputs,
-                              scalars_through_monitor=standalone)
-            log.log_scalars({f"{evaluation.stage}/loss": evaluation.pooled_loss})
-            self.rounds.evaluated(self.rounds_completed - 1, evaluation, log)
-            self.last_evaluation = evaluation
-        self._pending_evaluations = []
-        if self.trainer.state.fn == TrainerFn.FITTING:
-            self._evaluated_round = self.rounds_completed
-
-    def _log_evaluated(self, name: str, value: float, prog_bar: bool) -> None:
-        self.log(name, value, logger=True, prog_bar=prog_bar, batch_size=1)
-
-    def _record_metric(self, name: str, value: float, prog_bar: bool) -> None:
-        # After the last round Lightning allows no `self.log`; monitors that read the final evaluation
-        # at the end of fit (RoundsToTarget) find it in callback_metrics all the same.
-        self.trainer.callback_metrics[name] = torch.tensor(float(value))
-
     # ------------------------------------------------------------------ logging
     def round_logger(self, step: int) -> RoundLogger:
         """A :class:`RoundLogger` at ``step`` whose scalars also reach ``callback_metrics``.
@@ -493,119 +389,7 @@ class FederatedLoop(LightningModule):
         summary = datamodule.partition_summary()
         log.log_text("data/summary", "\n".join(f"- {k}: {v}" for k, v in summary.items()))
 
-    # ------------------------------------------------------------------ checkpoints
-    @override
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["federated"] = {
-            "rounds_completed": self.rounds_completed,
-            "sampler": self.sampler.state_dict(),
-            "clients": self.store.state_dict(),
-            "hierarchy": None if self.hierarchy is None else self.hierarchy.state_dict(),
-            "system": None if self.system is None else self.system.state_dict(),
-            "run_config": self._run_config(),
-        }
-
-    def _run_config(self) -> dict[str, Any]:
-        if self._data_sha is None:  # hashed once per run: the data does not change while training
-            self._data_sha = data_digest(self.trainer.datamodule.data)
-        return run_config(self, self.trainer.datamodule, self.federated_callbacks, self._data_sha)
-
-    @override
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        state = checkpoint["federated"]
-        locate_client_state(checkpoint, checkpoint_run_dir(self.trainer.ckpt_path, self.run_dir))
-        if "run_config" in state:
-            changes = changed_fields(state["run_config"], self._run_config())
-            if changes and not self.resume_despite_changes:
-                raise ConfigError(f"the checkpoint was trained under another configuration ({'; '.join(changes)}); resume"
-                                  " with its settings, or set model.resume_despite_changes: true to continue anyway (the"
-                                  " result is then not the continuation of the checkpointed run)")
-            if changes:
-                rank_zero_warn(f"resuming despite configuration changes: {'; '.join(changes)}")
-        self.rounds_completed = state["rounds_completed"]
-        self.sampler.load_state_dict(state["sampler"])
-        self.store.load_state_dict(state["clients"])
-        if (state.get("hierarchy") is None) != (self.hierarchy is None):
-            raise ConfigError("model.hierarchy must be set exactly when the checkpoint was written with one")
-        if self.hierarchy is not None:
-            self.hierarchy.load_state_dict(state["hierarchy"])
-        if (state.get("system") is None) != (self.system is None):
-            raise ConfigError("model.system must be set exactly when the checkpoint was written with one (its"
-                              " simulated clients and clock cannot be resumed otherwise)")
-        if self.system is not None:
-            self.system.load_state_dict(state["system"])
-
-
-def check_finite_inputs(data: Any) -> None:
-    """One-line ``ConfigError`` naming the first client whose inputs hold NaN or inf.
-
-    Checked once before training, so a NaN that comes from the data is reported as such instead of
-    surfacing rounds later as a "diverged" client whose learning rate looks to blame.
-    """
-    splits = [("training", data.x_train, data.train_offsets), ("test", data.x_test, data.test_offsets)]
-    if getattr(data, "has_validation", False):
-        splits.append(("validation", data.x_val, data.val_offsets))
-    for split, x, offsets in splits:
-        if not x.is_floating_point() or not len(x):  # token ids, or an empty split: nothing to check
-            continue
-        bad = (~torch.isfinite(x.reshape(len(x), -1))).any(1).nonzero().flatten()
-        if len(bad):
-            row = int(bad[0])
-            client = int(torch.searchsorted(offsets, torch.tensor([row], device=offsets.device), right=True)[0]) - 1
-            raise ConfigError(f"data: the {split} inputs of client {client} contain NaN or inf (sample"
-                              f" {row - int(offsets[client])} of its {split} split, {len(bad)} samples in all);"
-                              " clean the data before training")
-
-
-def check_precision(precision: Any, accelerator: Any) -> None:
-    """``16-mixed`` without a GPU is an error: Lightning would silently train in ``bf16-mixed`` instead."""
-    if str(precision) in ("16-mixed", "16") and (
-            str(accelerator) == "cpu" or (str(accelerator) in ("auto", "None") and not torch.cuda.is_available())):
-        raise ConfigError("trainer.precision 16-mixed needs a GPU (on CPU Lightning would switch to bf16-mixed"
-                          " without asking); use bf16-mixed or 32-true on CPU")
-
-
-def _probe_optimizer(optimizer: OptimizerCallable) -> tuple[float, float]:
-    """Build the client optimizer on a dummy parameter to validate it and read ``lr`` and ``momentum``."""
-    try:
-        probe = optimizer([torch.nn.Parameter(torch.zeros(1))])
-    except (TypeError, ValueError) as err:
-        # torch says e.g. "Invalid learning rate: -1.0" / "Invalid momentum value: -0.5".
-        message = str(err)
-        for phrase, field, bound in (("learning rate", "lr", "> 0"), ("momentum", "momentum", ">= 0"),
-                                     ("weight_decay", "weight_decay", ">= 0")):
-            if phrase in message:
-                value = message.rsplit(":", 1)[-1].strip()
-                raise ConfigError(f"optimizer.init_args.{field} must be a number {bound}; got {value}") from None
-        raise ConfigError(f"optimizer: {message}") from None
-    lr = probe.defaults.get("lr")
-    lr = float(lr) if isinstance(lr, (int, float, Tensor)) else None
-    if lr is None or not 0 < lr < float("inf"):  # NaN fails too; YAML reads 1e400 as inf
-        raise ConfigError(f"optimizer.init_args.lr must be a finite number > 0; got {probe.defaults.get('lr')!r}")
-    return lr, float(probe.defaults.get("momentum", 0.0) or 0.0)
-
 
 def _import_class(class_path: str) -> type:
     module, _, name = class_path.rpartition(".")
     return getattr(importlib.import_module(module), name)
-
-
-#: ``trainer.strategy`` values the loop can shard clients under: one device, or DDP processes.
-STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "single_device")
-
-
-def check_strategy(strategy: Any) -> None:
-    """One-line ``ConfigError`` unless ``strategy`` (a name or a config entry) is one the loop supports.
-
-    The loop shards each round's cohort over the processes itself; strategies that shard a model
-    (``fsdp``, ``deepspeed``) or split batches (``dp``) have nothing to do here.
-    """
-    if isinstance(strategy, dict):  # {class_path: ..., init_args: ...}
-        strategy = str(strategy.get("class_path", "")).rsplit(".", 1)[-1]
-    elif getattr(strategy, "class_path", None):  # the same, as the CLI parser's namespace
-        strategy = str(strategy.class_path).rsplit(".", 1)[-1]
-    name = strategy if isinstance(strategy, str) else type(strategy).__name__
-    if name in STRATEGIES or name in ("DDPStrategy", "SingleDeviceStrategy") or name.startswith("ddp_find_unused"):
-        return
-    raise ConfigError(f"trainer.strategy must be one of {', '.join(STRATEGIES)} or a DDPStrategy (torchrun and SLURM"
-                      f" launch ddp too); got {name}: the loop shards each round's clients over the processes itself")

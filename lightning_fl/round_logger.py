@@ -24,7 +24,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from PIL import Image
 from pytorch_lightning.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
-from pytorch_lightning.utilities.rank_zero import rank_zero_only
+from pytorch_lightning.utilities.rank_zero import rank_zero_info, rank_zero_only
 from torch import Tensor
 
 from lightning_fl.reporting.figures import figure_to_image
@@ -76,6 +76,22 @@ class RunOutputs:
         self.directory = None if directory is None else Path(directory)
         self.histogram_files = histogram_files
         self.kinds: dict[str, str] = {}
+
+    @classmethod
+    def of_run(cls, trainer: Any) -> RunOutputs:
+        """Tag kinds and figure files of ``trainer``'s run: PNGs under its run directory, on rank 0.
+
+        Histograms also go to CSV files when no logger of the run is a TensorBoard one. Without any logger
+        (``trainer.logger: false``) no figure or histogram is kept, and one info line says so.
+        """
+        log_dir = trainer.log_dir  # a collective with several processes: every rank asks once
+        if not trainer.loggers:
+            rank_zero_info("trainer.logger is false: figures and histograms are not saved (any logger, e.g."
+                           " CSVLogger, keeps them under its run directory)")
+            return cls()
+        directory = log_dir if trainer.global_rank == 0 else None
+        with_tensorboard = any(isinstance(logger, TensorBoardLogger) for logger in trainer.loggers)
+        return cls(directory, histogram_files=not with_tensorboard)
 
     def claim(self, tag: str, kind: str) -> None:
         """Record that ``tag`` holds ``kind``; raises :class:`TagKindError` if it held another kind."""

@@ -16,8 +16,12 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 import torch
+from pytorch_lightning.cli import OptimizerCallable
+from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy
 from pytorch_lightning.utilities import rank_zero_warn
+from torch import Tensor
 
+from lightning_fl.distributed import CohortSharding
 from lightning_fl.validation import ConfigError
 
 #: The largest seed numpy (and so ``seed_everything``) accepts.
@@ -152,3 +156,105 @@ def check_hierarchy_options(hierarchy: Any, clients_per_round: int, sampling: st
 
 __all__ = ["check_accelerator", "check_engine", "check_hierarchy_options", "check_monitors", "check_seed",
            "check_setup", "check_trainer", "logged_scalars", "non_finite_error"]
+
+
+#: Precisions the engines train in (``16-mixed``: CUDA only).
+SUPPORTED_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
+
+
+def check_finite_inputs(data: Any) -> None:
+    """One-line ``ConfigError`` naming the first client whose inputs hold NaN or inf.
+
+    Checked once before training, so a NaN that comes from the data is reported as such instead of
+    surfacing rounds later as a "diverged" client whose learning rate looks to blame.
+    """
+    splits = [("training", data.x_train, data.train_offsets), ("test", data.x_test, data.test_offsets)]
+    if getattr(data, "has_validation", False):
+        splits.append(("validation", data.x_val, data.val_offsets))
+    for split, x, offsets in splits:
+        if not x.is_floating_point() or not len(x):  # token ids, or an empty split: nothing to check
+            continue
+        bad = (~torch.isfinite(x.reshape(len(x), -1))).any(1).nonzero().flatten()
+        if len(bad):
+            row = int(bad[0])
+            client = int(torch.searchsorted(offsets, torch.tensor([row], device=offsets.device), right=True)[0]) - 1
+            raise ConfigError(f"data: the {split} inputs of client {client} contain NaN or inf (sample"
+                              f" {row - int(offsets[client])} of its {split} split, {len(bad)} samples in all);"
+                              " clean the data before training")
+
+
+def check_precision(precision: Any, accelerator: Any) -> None:
+    """``16-mixed`` without a GPU is an error: Lightning would silently train in ``bf16-mixed`` instead."""
+    if str(precision) in ("16-mixed", "16") and (
+            str(accelerator) == "cpu" or (str(accelerator) in ("auto", "None") and not torch.cuda.is_available())):
+        raise ConfigError("trainer.precision 16-mixed needs a GPU (on CPU Lightning would switch to bf16-mixed"
+                          " without asking); use bf16-mixed or 32-true on CPU")
+
+
+def probe_optimizer(optimizer: OptimizerCallable) -> tuple[float, float]:
+    """Build the client optimizer on a dummy parameter to validate it and read ``lr`` and ``momentum``."""
+    try:
+        probe = optimizer([torch.nn.Parameter(torch.zeros(1))])
+    except (TypeError, ValueError) as err:
+        # torch says e.g. "Invalid learning rate: -1.0" / "Invalid momentum value: -0.5".
+        message = str(err)
+        for phrase, field, bound in (("learning rate", "lr", "> 0"), ("momentum", "momentum", ">= 0"),
+                                     ("weight_decay", "weight_decay", ">= 0")):
+            if phrase in message:
+                value = message.rsplit(":", 1)[-1].strip()
+                raise ConfigError(f"optimizer.init_args.{field} must be a number {bound}; got {value}") from None
+        raise ConfigError(f"optimizer: {message}") from None
+    lr = probe.defaults.get("lr")
+    lr = float(lr) if isinstance(lr, (int, float, Tensor)) else None
+    if lr is None or not 0 < lr < float("inf"):  # NaN fails too; YAML reads 1e400 as inf
+        raise ConfigError(f"optimizer.init_args.lr must be a finite number > 0; got {probe.defaults.get('lr')!r}")
+    return lr, float(probe.defaults.get("momentum", 0.0) or 0.0)
+
+
+#: ``trainer.strategy`` values the loop can shard clients under: one device, or DDP processes.
+STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "single_device")
+
+
+def check_strategy(strategy: Any) -> None:
+    """One-line ``ConfigError`` unless ``strategy`` (a name or a config entry) is one the loop supports.
+
+    The loop shards each round's cohort over the processes itself; strategies that shard a model
+    (``fsdp``, ``deepspeed``) or split batches (``dp``) have nothing to do here.
+    """
+    if isinstance(strategy, dict):  # {class_path: ..., init_args: ...}
+        strategy = str(strategy.get("class_path", "")).rsplit(".", 1)[-1]
+    elif getattr(strategy, "class_path", None):  # the same, as the CLI parser's namespace
+        strategy = str(strategy.class_path).rsplit(".", 1)[-1]
+    name = strategy if isinstance(strategy, str) else type(strategy).__name__
+    if name in STRATEGIES or name in ("DDPStrategy", "SingleDeviceStrategy") or name.startswith("ddp_find_unused"):
+        return
+    raise ConfigError(f"trainer.strategy must be one of {', '.join(STRATEGIES)} or a DDPStrategy (torchrun and SLURM"
+                      f" launch ddp too); got {name}: the loop shards each round's clients over the processes itself")
+
+
+def check_without_validation(trainer: Any, stage: str) -> None:
+    """One-line errors for what needs validation splits when ``data.val_fraction`` is 0."""
+    if stage == "validate":
+        raise ConfigError("validate needs the clients' validation splits, but data.val_fraction is 0; set"
+                          " data.val_fraction > 0 (e.g. 0.1), or use test for the test splits")
+    if stage != "fit":
+        return
+    for callback in trainer.callbacks:
+        monitor = getattr(callback, "monitor", None)
+        if isinstance(monitor, str) and monitor.startswith("val/"):
+            raise ConfigError(f"{type(callback).__name__}.monitor is {monitor}, but data.val_fraction is 0, so no"
+                              " val/* metric is logged; set data.val_fraction > 0 (e.g. 0.1) or remove the monitor")
+
+def cohort_sharding(trainer: Any, collective_timeout: float) -> CohortSharding:
+    """The cohort split over the run's processes; one-line errors for strategies that cannot work."""
+    strategy = trainer.strategy
+    if type(strategy) not in (SingleDeviceStrategy, DDPStrategy):
+        check_strategy(getattr(strategy, "strategy_name", None) or type(strategy).__name__)
+    world = trainer.world_size
+    if world > 1 and isinstance(strategy, DDPStrategy) and strategy.process_group_backend == "nccl":
+        local_ranks = max(1, world // max(1, trainer.num_nodes))
+        if torch.cuda.is_available() and local_ranks > torch.cuda.device_count():
+            raise ConfigError(f"trainer.strategy: nccl cannot run {local_ranks} ranks on"
+                              f" {torch.cuda.device_count()} GPU(s); use class_path"
+                              " pytorch_lightning.strategies.DDPStrategy with init_args {process_group_backend: gloo}")
+    return CohortSharding(world, trainer.global_rank, collective_timeout)

@@ -10,7 +10,7 @@ import torch
 
 import lightning_fl.callbacks as callbacks
 from lightning_fl.callbacks import CommunicationCost, FairnessMetrics, GlobalTrainLoss, RoundsToTarget
-from lightning_fl.loop import check_finite_inputs, check_precision
+from lightning_fl.run_checks import check_finite_inputs, check_precision
 from lightning_fl.run_checks import check_monitors, check_setup, logged_scalars
 from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import events
