@@ -213,3 +213,23 @@ def test_a_finished_run_whose_results_were_damaged_is_trained_again_never_read(d
            f" damaged run is kept in {kept}" in capsys.readouterr().out
     assert _digests(kept) == before
     assert history.read_text() == good  # retrained: the same numbers as the first time
+
+
+@pytest.mark.parametrize("damage", ["garbage", "empty", "delete"])
+def test_damaged_markers_are_never_trusted_and_never_a_traceback(damage, whole, config, tmp_path, capsys):
+    for marker in (whole.log_dir / FINISHED, whole.log_dir / "started.json"):
+        if damage == "garbage":
+            marker.write_bytes(b"\x00\xff{not json")
+        elif damage == "empty":
+            marker.write_text("")
+        else:
+            marker.unlink()
+    before = _digests(whole.log_dir)
+    again, = plan_runs({"whole": config}, [3], tmp_path)
+    run_all([again], jobs=1, launcher=lambda run: launch(run, train=_train))
+    out = capsys.readouterr().out
+    kept = whole.log_dir.with_name("seed_3.outdated-1")  # no record says it is this run: kept aside, retrained
+    assert f"whole/seed_3: starting afresh: the earlier attempt cannot be resumed (another command or config, or" \
+           f" not this runner's); it is kept in {kept}" in out
+    assert _digests(kept) == before
+    assert json.loads((whole.log_dir / FINISHED).read_text())["resumed"] is False

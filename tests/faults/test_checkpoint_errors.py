@@ -21,7 +21,7 @@ from lightning_fl.models import LogisticRegression
 from lightning_fl.validation import CheckpointError
 from tests.conftest import run_cli, tiny_config, write_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import yaml
 from lightning_fl.checkpoint_io import AtomicCheckpointIO
 from tests.conftest import ROUND_CHECKPOINT, run_cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((REPO / "configs").glob("**/*.yaml"))
 
 

@@ -29,7 +29,7 @@ from tests.callbacks.helpers import version_dir
 from tests.conftest import ROUND_CHECKPOINT, run_cli
 from tests.write_faults import deny_writes
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KEPT = "the checkpoints written before are unchanged"
 SCAFFOLD = {"trainer.callbacks": [{"class_path": "lightning_fl.callbacks.Scaffold"},
                                   {"class_path": "lightning_fl.callbacks.FairnessMetrics"}, ROUND_CHECKPOINT],
