@@ -29,9 +29,11 @@ $(STAMP): requirements.lock pyproject.toml
 train: $(STAMP)
 	$(PY) -m lightning_fl fit --config $(CONFIG)
 
-## test: the test suite
+## test: the test suite, one worker per core (pytest-xdist; a module's tests share a worker, so its fixtures
+## are built once); TEST_ARGS=... adds pytest arguments, e.g. TEST_ARGS="-n 0 tests/faults" for one process
+TEST_ARGS ?=
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadscope $(TEST_ARGS)
 
 ## tensorboard: open the logs of every run
 tensorboard: $(STAMP)

@@ -161,3 +161,40 @@ def test_two_processes_stop_together_after_the_round_and_resume_to_the_single_pr
     assert run_cli("fit", "--config", str(plain), "--ckpt_path", str(last)) == 0  # on in one process
     first, second = (AtomicCheckpointIO().load_checkpoint(p)["state_dict"] for p in (_last(tmp_path, 0), last))
     assert all(torch.equal(first[name], second[name]) for name in first)
+
+
+def test_slurm_auto_requeue_requeues_the_job_once_the_checkpoint_is_written(tmp_path, monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    from lightning_fabric.plugins.environments import SLURMEnvironment
+
+    from lightning_fl.preemption import Preemption
+
+    calls = tmp_path / "scontrol_calls"
+    fake = tmp_path / "bin" / "scontrol"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    last = tmp_path / "last.ckpt"
+    last.write_bytes(b"a checkpoint")
+    trainer = SimpleNamespace(
+        is_global_zero=True, max_epochs=10, ckpt_path=None, current_epoch=3, lightning_module=None,
+        strategy=SimpleNamespace(checkpoint_io=SimpleNamespace(last_saved=last, last_saved_rounds=4)),
+        _accelerator_connector=SimpleNamespace(cluster_environment=SLURMEnvironment(auto_requeue=True)))
+    preemption = Preemption()
+    preemption.signum, preemption.trainer = signal.SIGUSR1, trainer
+    with pytest.raises(SystemExit) as stopped:
+        preemption.exit(["fit", "--config", "run.yaml"])
+    assert stopped.value.code == 128 + signal.SIGUSR1
+    assert calls.read_text() == "requeue 4242\n"
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: stopped by SIGUSR1; {last} holds round 4 of 10; resume with: python -m lightning_fl fit --config"
+        f" run.yaml --ckpt_path {last}", "SLURM job 4242 requeued"]
+    preemption.signum, preemption.trainer = signal.SIGTERM, trainer  # not the requeue signal: no requeue
+    with pytest.raises(SystemExit):
+        preemption.exit(["fit"])
+    assert calls.read_text() == "requeue 4242\n"
+    assert capsys.readouterr().err.startswith(f"error: stopped by SIGTERM; {last} holds round 4 of 10;")
