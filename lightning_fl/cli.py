@@ -18,7 +18,7 @@ from lightning_fl.datamodules.partitions.config_errors import partition_config_e
 from lightning_fl.distributed import RankFailure
 from lightning_fl.loop import FederatedLoop
 from lightning_fl.out_of_memory import OutOfMemory, explain_out_of_memory, memory_failure
-from lightning_fl.preemption import Preemption
+from lightning_fl.preemption import Preemption, requeued_checkpoint
 from lightning_fl.run_checks import check_precision, check_seed, check_strategy, check_trainer, non_finite_error
 from lightning_fl.validation import (CheckpointError, ClientStateError, ConfigError, DivergenceError, OutputWriteError,
                                      RunWriteError)
@@ -118,6 +118,11 @@ class FederatedCLI(LightningCLI):
         """
         subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if subcommand == "fit" and not ckpt_path:  # a requeued SLURM job goes on where it was stopped
+            ckpt_path = requeued_checkpoint(self.config[subcommand].get("trainer", {}).get("default_root_dir"))
+            if ckpt_path:
+                print(f"requeued SLURM job: resuming from {ckpt_path}", file=sys.stderr, flush=True)
+                self.config[subcommand]["ckpt_path"] = ckpt_path
         if not ckpt_path or str(ckpt_path) in _CKPT_KEYWORDS or not _is_local_file_protocol(str(ckpt_path)):
             return
         checkpoint = AtomicCheckpointIO().load_checkpoint(ckpt_path, map_location="cpu", weights_only=True)

@@ -13,13 +13,17 @@ launcher takes a half-trained run for a finished one. :class:`Preemption` instea
 - exits with ``128 + signal`` (143 for SIGTERM, 130 for SIGINT, 138 for SIGUSR1), as a shell reports
   a process killed by that signal;
 - with Lightning's ``SLURMEnvironment(auto_requeue=True)`` and its requeue signal, requeues the job
-  (``scontrol requeue``) once the checkpoint is safe.
+  (``scontrol requeue``) once the checkpoint is safe, after writing where it is to
+  ``<default_root_dir>/.lightning_fl_requeue_<job id>.json``; the requeued job runs the same command
+  and, given no ``--ckpt_path``, goes on from that checkpoint in the same run directory
+  (:func:`requeued_checkpoint`).
 
 Before training starts (parsing, data set-up) a signal stops at once: there is nothing to save.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -28,13 +32,14 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from lightning_fabric.plugins.environments import SLURMEnvironment
 
 from lightning_fl.checkpoint_io import last_checkpoint
 
-__all__ = ["STOP_SIGNALS", "Preempted", "Preemption"]
+__all__ = ["STOP_SIGNALS", "Preempted", "Preemption", "requeued_checkpoint"]
 
 #: The signals that stop a run after its current round.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
@@ -139,6 +144,9 @@ class Preemption:
         if trainer is None or trainer.is_global_zero:
             print(f"error: {self._summary(name, trainer, args)}", file=sys.stderr, flush=True)
         if trainer is not None and _requeue_signal(trainer) == signum and trainer.is_global_zero:
+            last = last_checkpoint(trainer)
+            if last is not None:  # the requeued job runs the same command: tell it where to go on from
+                _requeue_marker(trainer.default_root_dir).write_text(json.dumps({"ckpt_path": str(last[0].resolve())}))
             _requeue()
         sys.exit(128 + signum)
 
@@ -175,10 +183,30 @@ def _requeue_signal(trainer: Any) -> int | None:
     return None
 
 
+def _job_id() -> str | None:
+    array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
+    return f"{array_job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array_job else os.environ.get("SLURM_JOB_ID")
+
+
+def _requeue_marker(root: str | os.PathLike | None) -> Path:
+    return Path(root or ".") / f".lightning_fl_requeue_{_job_id()}.json"
+
+
+def requeued_checkpoint(default_root_dir: str | os.PathLike | None) -> str | None:
+    """The checkpoint a requeued SLURM job goes on from (what :meth:`Preemption.exit` recorded before
+    ``scontrol requeue``), or ``None``: not a SLURM job, not requeued, or the checkpoint is gone."""
+    if not _job_id():
+        return None
+    try:
+        path = json.loads(_requeue_marker(default_root_dir).read_text())["ckpt_path"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return path if Path(path).is_file() else None
+
+
 def _requeue() -> None:
     """``scontrol requeue`` this SLURM job (as Lightning's own SIGUSR1 handler does)."""
-    array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
-    job = f"{array_job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array_job else os.environ.get("SLURM_JOB_ID")
+    job = _job_id()
     if not job:
         return
     try:

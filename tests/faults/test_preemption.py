@@ -6,6 +6,7 @@ each moment is exact and the runs stay in-process (about a second each).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shlex
@@ -168,7 +169,7 @@ def test_slurm_auto_requeue_requeues_the_job_once_the_checkpoint_is_written(tmp_
 
     from lightning_fabric.plugins.environments import SLURMEnvironment
 
-    from lightning_fl.preemption import Preemption
+    from lightning_fl.preemption import Preemption, requeued_checkpoint
 
     calls = tmp_path / "scontrol_calls"
     fake = tmp_path / "bin" / "scontrol"
@@ -182,6 +183,7 @@ def test_slurm_auto_requeue_requeues_the_job_once_the_checkpoint_is_written(tmp_
     last.write_bytes(b"a checkpoint")
     trainer = SimpleNamespace(
         is_global_zero=True, max_epochs=10, ckpt_path=None, current_epoch=3, lightning_module=None,
+        default_root_dir=str(tmp_path),
         strategy=SimpleNamespace(checkpoint_io=SimpleNamespace(last_saved=last, last_saved_rounds=4)),
         _accelerator_connector=SimpleNamespace(cluster_environment=SLURMEnvironment(auto_requeue=True)))
     preemption = Preemption()
@@ -190,6 +192,10 @@ def test_slurm_auto_requeue_requeues_the_job_once_the_checkpoint_is_written(tmp_
         preemption.exit(["fit", "--config", "run.yaml"])
     assert stopped.value.code == 128 + signal.SIGUSR1
     assert calls.read_text() == "requeue 4242\n"
+    assert requeued_checkpoint(tmp_path) == str(last.resolve())  # where the requeued job goes on from
+    monkeypatch.setenv("SLURM_JOB_ID", "4243")
+    assert requeued_checkpoint(tmp_path) is None  # another job
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
     assert capsys.readouterr().err.splitlines() == [
         f"error: stopped by SIGUSR1; {last} holds round 4 of 10; resume with: python -m lightning_fl fit --config"
         f" run.yaml --ckpt_path {last}", "SLURM job 4242 requeued"]
@@ -198,3 +204,17 @@ def test_slurm_auto_requeue_requeues_the_job_once_the_checkpoint_is_written(tmp_
         preemption.exit(["fit"])
     assert calls.read_text() == "requeue 4242\n"
     assert capsys.readouterr().err.startswith(f"error: stopped by SIGTERM; {last} holds round 4 of 10;")
+
+
+def test_a_requeued_slurm_job_goes_on_from_its_checkpoint_in_the_same_run_directory(tiny, tmp_path, monkeypatch):
+    config = tiny(**{"trainer.max_epochs": 4, "trainer.default_root_dir": str(tmp_path)})
+    assert run_cli("fit", "--config", str(config)) == 0  # uninterrupted: version_0
+    stopped = _last(tmp_path, 1)
+    assert run_cli("fit", "--config", str(config), "--trainer.max_epochs", "2") == 0  # version_1 stops at round 2
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    (tmp_path / ".lightning_fl_requeue_77.json").write_text(json.dumps({"ckpt_path": str(stopped)}))
+    assert run_cli("fit", "--config", str(config)) == 0  # the same command, as the requeued job runs it
+    assert not (tmp_path / "logs" / "run" / "version_2").exists()  # on in version_1, not a new run
+    assert _rounds(stopped) == 4
+    first, second = (AtomicCheckpointIO().load_checkpoint(p)["state_dict"] for p in (_last(tmp_path, 0), stopped))
+    assert all(torch.equal(first[name], second[name]) for name in first)
