@@ -8,10 +8,12 @@ file is complete up to the last evaluation even if the run is killed.
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 from torch import Tensor
 
+from lightning_fl.validation import ConfigError
 from lightning_fl.write_failures import writing
 
 __all__ = ["HEADER", "append_client_rows"]
@@ -35,10 +37,18 @@ def append_client_rows(path: Path, round_number: int, stage: str, accuracies: Te
     """
     if first_of_stage and path.exists():
         with open(path, newline="") as f:
-            kept = [r for r in csv.reader(f)][1:]
-        kept = [r for r in kept if not (r[1] == stage and int(r[0]) >= round_number)]
-        with writing(path, "the client accuracies"), open(path, "w", newline="") as f:
-            csv.writer(f, lineterminator="\n").writerows([HEADER, *kept])
+            rows = [r for r in csv.reader(f)][1:]
+        try:
+            kept = [r for r in rows if _well_formed(r) and not (r[1] == stage and int(r[0]) >= round_number)]
+        except (IndexError, ValueError):
+            raise ConfigError(f"{path}: a damaged row (not round,stage,client,accuracy,samples); move the file"
+                              " away to have the run write its evaluations anew") from None
+        # Rewritten beside and renamed over: a failure halfway leaves the earlier rows as they were.
+        temporary = path.with_name(f".{path.name}.tmp")
+        with writing(path, "the client accuracies"):
+            with open(temporary, "w", newline="") as f:
+                csv.writer(f, lineterminator="\n").writerows([HEADER, *kept])
+            os.replace(temporary, path)
     new = not path.exists()
     with writing(path, "the client accuracies"), open(path, "a", newline="") as f:
         writer = csv.writer(f, lineterminator="\n")
@@ -46,3 +56,11 @@ def append_client_rows(path: Path, round_number: int, stage: str, accuracies: Te
             writer.writerow(HEADER)
         writer.writerows((round_number, stage, client, repr(float(acc)), int(n))
                          for client, (acc, n) in enumerate(zip(accuracies.tolist(), samples.tolist(), strict=True)))
+
+
+def _well_formed(row: list[str]) -> bool:
+    """Raises ``ValueError`` unless ``row`` reads as ``round,stage,client,accuracy,samples``."""
+    if len(row) != len(HEADER) or row[1] not in ("val", "test"):
+        raise ValueError(row)
+    int(row[0]), int(row[2]), float(row[3]), int(row[4])
+    return True
