@@ -145,8 +145,8 @@ def _start_afresh(run: Run) -> None:
     (run.log_dir / STARTED).write_text(json.dumps(identity(run)))
 
 
-def _say(run: Run, message: str, notes: list[str]) -> None:
-    notes.append(message)
+def _say(run: Run, message: str, notes: list[str], note: str | None = None) -> None:
+    notes.append(message if note is None else note)
     print(f"{run.name}: {message}", flush=True)
 
 
@@ -160,7 +160,8 @@ def _prepare(run: Run, notes: list[str]) -> Path | None:
     checkpoint = resumable_checkpoint(run)
     if checkpoint is not None:
         rounds = checkpoint_rounds(checkpoint)
-        _say(run, f"resuming from round {rounds if rounds is not None else '?'} ({checkpoint})", notes)
+        where = f"round {rounds if rounds is not None else '?'} ({checkpoint})"
+        _say(run, f"resuming from {where}", notes, f"resumed from {where}")
         return checkpoint
     if run.log_dir.exists() and any(p.name not in (STARTED, "train.log") for p in run.log_dir.iterdir()):
         same = _same_run(run.log_dir / STARTED, run)
@@ -193,8 +194,9 @@ def launch(run: Run, train: Callable[[Run], int] = train_in_subprocess, max_inte
             break
         stopped_by, latest = interrupting_signal(code), resumable_checkpoint(run)
         if _STOP.signum is not None:
-            raise RunInterrupted(f"{run.name}: interrupted ({stopped_by or f'exit {code}'}), resumable from"
-                                 f" {latest or 'the start'}")
+            rounds = checkpoint_rounds(latest)
+            raise RunInterrupted(f"by {stopped_by or f'exit {code}'} with {rounds or 0} rounds checkpointed"
+                                 f" ({latest or 'no checkpoint yet'}); the same command resumes it")
         if stopped_by is not None:
             rounds = checkpoint_rounds(latest) or 0
             stalls = 0 if rounds > (before or 0) else stalls + 1
@@ -253,7 +255,7 @@ def run_all(runs: Sequence[Run], jobs: int = 2, launcher: Callable[[Run], float]
         try:
             seconds = launcher(run)
         except RunInterrupted as err:
-            outcome[run] = f"interrupted: {err}"
+            outcome[run] = f"interrupted {err}"
             return
         except RuntimeError as err:
             outcome[run] = f"failed: {str(err).splitlines()[0]}"
@@ -295,8 +297,7 @@ def _finished_summary(run: Run, seconds: float) -> str:
     history = marker.get("history") or []
     if history and history[-1].startswith(_ALREADY_DONE):
         return f"finished, not retrained: {history[-1]}"
-    how = "restarted, then trained" if marker.get("restarted") else "resumed, trained" if marker.get("resumed") \
-        else "trained"
+    how = "restarted, then trained" if marker.get("restarted") else "trained"
     return f"{how} in {seconds:.1f} s" + (f" ({'; '.join(history)})" if history else "")
 
 
