@@ -114,16 +114,6 @@ class FairnessMetrics(FederatedCallback):
             log.log_figure(f"{stage}/client_acc_figure", accuracy_histogram_figure(accuracies, evaluation.round_number))
 
     @override
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # Lightning reads check_val_every_n_epoch at the end of every epoch (round), so lowering it
-        # here evaluates the rest of the run every round. Nothing to save: a resumed run switches
-        # again from its round number.
-        if not self.evaluate_last_rounds or (trainer.max_epochs or 0) <= 0:
-            return
-        if trainer.current_epoch >= trainer.max_epochs - last_rounds_count(trainer.max_epochs):
-            trainer.check_val_every_n_epoch = 1
-
-    @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._write_summary(trainer, "", self._last_rounds(trainer))
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import pytorch_lightning as pl
 from typing_extensions import override
 
 from lightning_fl.callback import FederatedCallback
-from lightning_fl.evaluation import ClientEvaluation, evaluate_segments
+from lightning_fl.evaluation import ClientEvaluation
 from lightning_fl.federation import Federation
 from lightning_fl.round_logger import RoundLogger
 
@@ -31,22 +30,12 @@ class GlobalTrainLoss(FederatedCallback):
 
     logged_scalars = ("train/global_loss", "train/global_acc")
 
-    def __init__(self) -> None:
-        self._module: pl.LightningModule | None = None
-
-    @override
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._module = pl_module
-
     @override
     def on_clients_evaluated(self, round_idx: int, evaluation: ClientEvaluation, federation: Federation,
                              log: RoundLogger) -> None:
-        module = self._module
-        if module is None or evaluation.stage != "test":
+        if federation.global_model is None or evaluation.stage != "test":
             return
-        data = module.data
-        correct, total, loss_sum = evaluate_segments(module.model, data.x_train, data.y_train, data.train_offsets,
-                                                     module.eval_batch_size, module.sharding)
+        correct, total, loss_sum = federation.global_model.evaluate("train")
         samples = total.sum().clamp_min(1)
         log.log_scalars({"train/global_loss": float(loss_sum.sum() / samples),
                          "train/global_acc": float(correct.sum() / samples)})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytorch_lightning as pl
 from torch import Tensor
 from typing_extensions import override
 
@@ -49,29 +48,24 @@ class ModelDivergence(FederatedCallback):
             check_positive("ModelDivergence.batch_size", batch_size, integer=True)
         self.batch_size = batch_size
         self.add_server_state("centralised")  # (d,) fp32 w^c, set from w^0 at the first round
-        self._module: pl.LightningModule | None = None
         self._reference: CentralisedSGD | None = None
-
-    @override
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._module = pl_module
 
     @override
     def on_federation_setup(self, federation: Federation) -> None:
         if federation.hierarchy is not None:
             raise ConfigError("ModelDivergence compares a flat federation with centralised SGD; it cannot be used"
                               " with model.hierarchy")
-        module = self._module
-        if module is None:
+        view = federation.global_model
+        if view is None:
             return
-        data = module.data
-        self._reference = CentralisedSGD(module.model, federation.layout, data.x_train, data.y_train,
-                                         federation.optimizer.lr, self.batch_size or module.batch_size, module.seed)
+        x, y = view.training_data()
+        self._reference = CentralisedSGD(view.copy(), federation.layout, x, y, federation.optimizer.lr,
+                                         self.batch_size or federation.batch_size, federation.seed)
 
     @override
     def on_round_start(self, round_idx: int, client_ids: Tensor, federation: Federation, log: RoundLogger) -> None:
-        if self.centralised is None and self._module is not None:  # w^0: the run's initial global model
-            self.centralised = federation.layout.flatten(self._module.model.state_dict()).clone()
+        if self.centralised is None and federation.global_model is not None:  # w^0: the run's initial global model
+            self.centralised = federation.global_model.weights()
 
     @override
     def on_round_end(self, round_idx: int, result: RoundResult, federation: Federation, log: RoundLogger) -> None:

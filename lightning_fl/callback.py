@@ -37,9 +37,13 @@ class FederatedCallback(RecordsInitArgs, DeclaredState, ClientHooks, Callback):
     ``logged_scalars`` lists the scalar names (``fnmatch`` patterns) a callback logs, so that a
     monitor naming none of the run's metrics is an error before round 1 (``None``: not declared; a
     run with such a callback from outside this package leaves monitors unchecked).
+
+    ``evaluate_last_rounds`` asks the loop to evaluate every round of the last
+    ``ceil(0.1 * max_epochs)`` (IGFL's last-10% metric), whatever ``check_val_every_n_epoch`` is.
     """
 
     logged_scalars: tuple[str, ...] | None = None
+    evaluate_last_rounds: bool = False
 
     def on_federation_setup(self, federation: Federation) -> None:
         """Called once before training or evaluation starts (check the run, e.g. the optimizer)."""

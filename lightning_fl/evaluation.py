@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -146,3 +148,41 @@ class ClientEvaluation:
     @property
     def pooled_loss(self) -> float:
         return float(self.loss_sum.sum() / self.total.sum().clamp_min(1))
+
+
+class GlobalModelView:
+    """What a callback may read of the global model beyond a round's results (``Federation.global_model``).
+
+    An evaluation service, so that callbacks that score the global model on other data, or train a
+    reference beside the federation, never reach into the loop: its weights as a flat copy, a private
+    copy of the module, its per-client scores on any split, and the pooled training data.
+
+    Args:
+        model: The global model (read, never written, through this view).
+        data: The federation's data, on the model's device.
+        layout: The flat layout of the model's floating-point state.
+        eval_batch_size: Samples per forward pass.
+        sharding: The run's process sharding (each rank scores a share, results gathered).
+    """
+
+    def __init__(self, model: ClientModule, data: FederatedData, layout: FlatStateLayout, eval_batch_size: int,
+                 sharding: ChunkSharding | None = None) -> None:
+        self._model, self._data, self._layout = model, data, layout
+        self._eval_batch_size, self._sharding = eval_batch_size, sharding
+
+    def weights(self) -> Tensor:
+        """``(d,)`` fp32: a copy of the global model's flat state ``w^t``."""
+        return self._layout.flatten(self._model.state_dict()).clone()
+
+    def copy(self) -> ClientModule:
+        """A private deep copy of the global model (to train a reference without touching the run's)."""
+        return copy.deepcopy(self._model)
+
+    def evaluate(self, split: str) -> tuple[Tensor, Tensor, Tensor]:
+        """Per-client ``(correct, total, loss_sum)`` of the global model on ``split`` (``train``, ``val``, ``test``)."""
+        x, y, offsets = self._data.split(split)
+        return evaluate_segments(self._model, x, y, offsets, self._eval_batch_size, self._sharding)
+
+    def training_data(self) -> tuple[Tensor, Tensor]:
+        """Every client's training samples pooled: ``(x_train, y_train)``."""
+        return self._data.x_train, self._data.y_train

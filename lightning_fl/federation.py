@@ -2,8 +2,8 @@
 
 Callbacks never reach into the :class:`~lightning_fl.loop.FederatedLoop`: what they may know about
 the run (number of clients, the flat layout of the model state, the client optimizer, label
-histograms, the hierarchy) is a :class:`Federation`, built once when training starts and passed to
-every hook as an argument.
+histograms, the hierarchy, the seed and cohort size, and an evaluation service over the global model)
+is a :class:`Federation`, built once when training starts and passed to every hook as an argument.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from lightning_fl.evaluation import GlobalModelView
 from lightning_fl.flat_state import FlatStateLayout
 
 
@@ -86,6 +87,11 @@ class Federation:
         hierarchy: The institutions in three-layer mode, ``None`` otherwise.
         aggregation: Class name of the run's aggregation callback (e.g. for table rows).
         device: Where the global model lives.
+        seed: The run's seed (``model.seed``: cohorts, batch order, keyed draws).
+        batch_size: ``B``, the clients' local minibatch size.
+        clients_per_round: ``K``, the configured cohort size.
+        global_model: Read access to the global model and the data for callbacks that evaluate it
+            (:class:`~lightning_fl.evaluation.GlobalModelView`); ``None`` outside a run.
     """
 
     num_clients: int
@@ -98,6 +104,10 @@ class Federation:
     hierarchy: HierarchyView | None = None
     aggregation: str = "FedAvg"
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    seed: int = 0
+    batch_size: int = 10
+    clients_per_round: int = 10
+    global_model: GlobalModelView | None = None
 
     def trainable_mask(self) -> Tensor:
         """``(d,)`` bool on :attr:`device`: the flat entries of trainable parameters."""

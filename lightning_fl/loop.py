@@ -29,7 +29,7 @@ from lightning_fl.engines import (
     LocalTrainingPlan,
     build_engine,
 )
-from lightning_fl.evaluation import ClientEvaluation
+from lightning_fl.evaluation import ClientEvaluation, GlobalModelView
 from lightning_fl.federation import ClientOptimizer, Federation, HierarchyView
 from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.hierarchy import Hierarchy
@@ -285,7 +285,9 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             label_histograms=data.label_histograms("train").cpu(), train_sizes=data.train_sizes().cpu(),
             hierarchy=None if self.hierarchy is None else HierarchyView(tuple(self.hierarchy.members),
                                                                         self.hierarchy.local_rounds),
-            aggregation=type(aggregator).__name__, device=self.trainer.strategy.root_device,
+            aggregation=type(aggregator).__name__, device=self.trainer.strategy.root_device, seed=self.seed,
+            batch_size=self.batch_size, clients_per_round=self.clients_per_round,
+            global_model=GlobalModelView(self.model, self.data, self.layout, self.eval_batch_size, self.sharding),
         )
         self.federated_callbacks = callbacks
         self.rounds = RoundRunner(self.model, self.engine, self.sampler, self.store, self.hierarchy, self.federation,

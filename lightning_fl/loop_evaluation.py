@@ -11,6 +11,7 @@ from pytorch_lightning.trainer.states import TrainerFn
 from typing_extensions import override
 
 from lightning_fl.evaluation import ClientEvaluation, evaluate_segments
+from lightning_fl.functional.fairness import last_rounds_count
 from lightning_fl.round_logger import RoundLogger
 
 __all__ = ["EvaluationHooks"]
@@ -22,8 +23,19 @@ class EvaluationHooks(LightningModule):
 
     During ``fit`` every evaluation round scores both splits (``val/*`` for the monitors, ``test/*``
     for the report) and the final model is always evaluated; ``validate`` and ``test`` score one split
-    and hand their scalars to Lightning's metric table.
+    and hand their scalars to Lightning's metric table. A callback with ``evaluate_last_rounds`` gets
+    every round of the last ``ceil(0.1 * max_epochs)`` evaluated.
     """
+
+    @override
+    def on_train_epoch_start(self) -> None:
+        # Lightning reads check_val_every_n_epoch at the end of every epoch (round), so lowering it here
+        # evaluates the rest of the run every round. Nothing to save: a resumed run switches again.
+        trainer = self.trainer
+        if (trainer.max_epochs or 0) <= 0 or not any(c.evaluate_last_rounds for c in self.federated_callbacks):
+            return
+        if trainer.current_epoch >= trainer.max_epochs - last_rounds_count(trainer.max_epochs):
+            trainer.check_val_every_n_epoch = 1
 
     @override
     def validation_step(self, batch: Any, batch_idx: int) -> None:

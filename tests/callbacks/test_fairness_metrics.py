@@ -7,9 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from lightning_fl.callbacks.fairness_metrics import FairnessMetrics
 
+from lightning_fl.callbacks.fairness_metrics import FairnessMetrics
 from lightning_fl.evaluation import ClientEvaluation
+from lightning_fl.loop_evaluation import EvaluationHooks
 from lightning_fl.validation import ConfigError
 from tests.callbacks.helpers import RecordingLogger, fake_federation
 from tests.conftest import run_cli
@@ -44,17 +45,17 @@ def test_last_10pct_of_rounds_by_hand(tmp_path):
 
 
 def test_evaluate_last_rounds_switches_to_every_round_in_the_window():
-    cb = FairnessMetrics(evaluate_last_rounds=True)
+    # The callback asks (a declared attribute); the loop's evaluation hooks change the Trainer's schedule.
+    def start(epoch: int, *callbacks: FairnessMetrics) -> int:
+        loop = SimpleNamespace(trainer=SimpleNamespace(max_epochs=25, check_val_every_n_epoch=10, current_epoch=epoch),
+                               federated_callbacks=list(callbacks))
+        EvaluationHooks.on_train_epoch_start(loop)
+        return loop.trainer.check_val_every_n_epoch
+
     # max_epochs 25: the window is the last ceil(2.5) = 3 rounds, 23..25, i.e. epochs (round index) 22..24.
-    trainer = SimpleNamespace(max_epochs=25, check_val_every_n_epoch=10, current_epoch=21)
-    cb.on_train_epoch_start(trainer, None)
-    assert trainer.check_val_every_n_epoch == 10
-    trainer.current_epoch = 22
-    cb.on_train_epoch_start(trainer, None)
-    assert trainer.check_val_every_n_epoch == 1
-    off = SimpleNamespace(max_epochs=25, check_val_every_n_epoch=10, current_epoch=24)
-    FairnessMetrics().on_train_epoch_start(off, None)
-    assert off.check_val_every_n_epoch == 10
+    assert start(21, FairnessMetrics(evaluate_last_rounds=True)) == 10
+    assert start(22, FairnessMetrics(evaluate_last_rounds=True)) == 1
+    assert start(24, FairnessMetrics()) == 10
 
 
 def test_evaluate_last_rounds_in_a_run(tiny, tmp_path):
