@@ -21,6 +21,7 @@ MODULES = [
     "igfl",
     "dwfed",
     "tempo",
+    "attacks",
 ]
 
 
