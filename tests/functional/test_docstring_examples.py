@@ -21,6 +21,8 @@ MODULES = [
     "igfl",
     "dwfed",
     "tempo",
+    "robust",
+    "robust_distance",
 ]
 
 
