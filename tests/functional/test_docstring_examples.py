@@ -22,6 +22,8 @@ MODULES = [
     "dwfed",
     "tempo",
     "attacks",
+    "robust",
+    "robust_distance",
 ]
 
 
