@@ -75,11 +75,13 @@ stragglers: $(STAMP)
 	$(PY) -m lightning_fl.stragglers --save-dir $(LOGS)/stragglers/$(FRACTION) --seeds $(SEEDS) --fraction $(FRACTION) \
 		$(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(JOBS),--jobs $(JOBS))
 
-## bench: engine benchmark (naive Trainer-per-client, sequential, vectorized, centralized bound) and scaling over
-## processes (W = 1 vs 2, speed-up, exchange, peak memory per rank); see docs/performance.md
+## bench: engine benchmark (naive Trainer-per-client, sequential, vectorized, centralized bound), scaling over
+## processes (W = 1 vs 2, speed-up, exchange, peak memory per rank) and the robust aggregation rules' time beside
+## FedAvg's weighted sum (K = 10, 100; d = 0.1M, 1.6M); see docs/performance.md
 bench: $(STAMP)
 	$(PY) -m bench.run
 	$(PY) -m bench.scaling
+	$(PY) -m bench.robust
 
 ## data: fetch the real data sets obtainable without internet (Fashion-MNIST, Shakespeare) into data/
 data: $(STAMP)

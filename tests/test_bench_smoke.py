@@ -27,3 +27,14 @@ def test_engine_runners_train_a_round_of_j1() -> None:
     finally:
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+def test_the_robust_rule_benchmark_times_every_rule_beside_the_weighted_sum(tmp_path, monkeypatch, capsys) -> None:
+    robust_bench = importlib.import_module("bench.robust")
+    monkeypatch.setattr(robust_bench, "RESULTS", tmp_path / "robust.json")
+    robust_bench.main(["--cohorts", "7", "--dims", "50", "--repeats", "1"])
+    rows = [line.split(" | ")[2] for line in capsys.readouterr().out.splitlines()[2:]]
+    # f = max(1, 0.1 x 7) = 1: Bulyan needs K >= 4f + 3 = 7, so at K = 7 every rule runs.
+    assert rows == ["fedavg_sum", "median", "median_weighted", "trimmed_mean", "geometric_median",
+                    "centered_clipping", "krum", "krum_gram", "multi_krum", "bulyan", "nnm"]
+    assert (tmp_path / "robust.json").is_file()
