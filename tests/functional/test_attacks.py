@@ -38,16 +38,6 @@ PPF_5_6 = 0.967421566101701  # Phi^-1(5/6)
 HONEST = [[1.0, 2.0], [3.0, 8.0], [5.0, 5.0]]
 
 
-def test_byzfl_is_not_importable_here() -> None:
-    # byzfl needs torchvision, which does not import with the CPU torch of this environment; it is not installed.
-    # If it ever is, compare against it here.
-    try:
-        import byzfl  # noqa: F401
-    except Exception:  # noqa: BLE001 - ImportError, or torchvision's own import failure
-        pytest.skip("byzfl does not import in this environment")
-    pytest.fail("byzfl imports now: add the comparison against byzfl.attacks")
-
-
 # --- the Byzantine set -----------------------------------------------------------------------------------------
 
 

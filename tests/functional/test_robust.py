@@ -6,13 +6,11 @@ stacks of a few sizes (even and odd K) and on small-integer stacks full of ties,
 and the tie rule (lower cohort index) decides.
 
 ``byzfl`` does not import in this environment (not installed; it needs torchvision, which does not
-import with our CPU torch), so there is no comparison against it: :func:`test_byzfl_is_unavailable`
-records that.
+import with our CPU torch), so there is no comparison against it (docs/algorithms.md says so).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pytest
@@ -366,7 +364,7 @@ def test_weiszfeld_and_clipping_against_loops(U, p):
         assert torch.allclose(got, torch.tensor(v, dtype=torch.float32), rtol=1e-5, atol=1e-6)
 
 
-# --- requirements, distances, byzfl -----------------------------------------------------------------
+# --- requirements, distances -----------------------------------------------------------------------
 
 
 def test_requirements_and_effective_f():
@@ -406,10 +404,3 @@ def test_distances_exact_and_gram():
     assert not math.isclose(float(pairwise_sq_distances(U, "gram")[0, 1]), truth, rel_tol=1e-2)
     with pytest.raises(ConfigError, match="distance must be one of"):
         pairwise_sq_distances(POINTS, "cosine")
-
-
-def test_byzfl_is_unavailable():
-    # Documented in docs/algorithms.md: no comparison against ByzFL here. If it ever imports, add one.
-    if importlib.util.find_spec("byzfl") is not None:
-        pytest.skip("byzfl is installed: compare against it")
-    assert importlib.util.find_spec("byzfl") is None
