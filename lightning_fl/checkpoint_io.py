@@ -39,7 +39,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_fl.state_digest import state_digest
-from lightning_fl.validation import CheckpointError, CheckpointWriteError
+from lightning_fl.validation import CheckpointError, CheckpointWriteError, exception_chain
 
 #: Key of the checksum entry in a saved checkpoint: ``{"sha256": <hex digest of everything else>}``.
 CHECKSUM_KEY = "lightning_fl_checksum"
@@ -171,13 +171,7 @@ def _write_atomically(target: Path, write: Callable[[Any], None]) -> None:
 def _os_error(err: BaseException) -> OSError | None:
     """The OSError behind ``err``: torch's zip writer reports a failed write (a full disk) as a
     ``RuntimeError`` ("unexpected pos ...") raised while handling the ``OSError``."""
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, OSError):
-            return err
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return None
+    return next((cause for cause in exception_chain(err) if isinstance(cause, OSError)), None)
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -21,7 +21,7 @@ from lightning_fl.out_of_memory import OutOfMemory, explain_out_of_memory, memor
 from lightning_fl.preemption import Preemption, requeued_checkpoint
 from lightning_fl.run_checks import check_precision, check_seed, check_strategy, check_trainer, non_finite_error
 from lightning_fl.validation import (CheckpointError, ClientStateError, ConfigError, DivergenceError, OutputWriteError,
-                                     RunWriteError)
+                                     RunWriteError, exception_chain)
 from lightning_fl.write_failures import write_failure
 
 # One "batch" (a round ticket) per epoch by design: no workers needed, nothing to log per batch.
@@ -202,13 +202,7 @@ def check_rounds_left(checkpoint: dict[str, Any], trainer: Any, ckpt_path: str) 
 def _root_cause(err: BaseException, kind: type[BaseException] | tuple[type[BaseException], ...]
                 ) -> BaseException | None:
     """The first ``kind`` exception in ``err``'s cause/context chain (jsonargparse wraps init errors)."""
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, kind):
-            return err
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return None
+    return next((cause for cause in exception_chain(err) if isinstance(cause, kind)), None)
 
 
 #: Errors that already say what went wrong in one line.

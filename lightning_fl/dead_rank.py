@@ -22,6 +22,7 @@ import threading
 from typing import Any
 
 from lightning_fl.checkpoint_io import last_checkpoint
+from lightning_fl.validation import exception_chain
 
 __all__ = ["lost_rank", "report_dead_children"]
 
@@ -40,14 +41,11 @@ def _resume_hint(trainer: Any) -> str:
 
 def lost_rank(err: BaseException, trainer: Any = None) -> str | None:
     """The one line for a collective that failed because another rank is gone, else ``None``."""
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        text = " ".join(str(err).split())
-        if isinstance(err, RuntimeError) and any(words in text for words in _LOST_PEER):
-            reason = next(words for words in _LOST_PEER if words in text)
+    for cause in exception_chain(err):
+        text = " ".join(str(cause).split())
+        reason = next((words for words in _LOST_PEER if words in text), None)
+        if isinstance(cause, RuntimeError) and reason is not None:
             return f"another rank's process died or hangs ({reason}); every rank stops; {_resume_hint(trainer)}"
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
     return None
 
 

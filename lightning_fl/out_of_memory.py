@@ -14,13 +14,14 @@ message is one line (the cause and the knobs) plus one line of numbers, which th
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from lightning_fl.checkpoint_io import AtomicCheckpointIO
 from lightning_fl.client_rows import MemoryRows
 from lightning_fl.declared_state import DeclaredState
+from lightning_fl.validation import exception_chain
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl
@@ -41,14 +42,8 @@ class OutOfMemory(RuntimeError):
 
 def memory_failure(err: BaseException | None) -> BaseException | None:
     """The first allocation failure in ``err``'s cause/context chain, or ``None`` if there is none."""
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, (_TORCH_OOM, MemoryError)) or (
-                isinstance(err, RuntimeError) and (_CPU_ALLOCATOR in str(err) or "out of memory" in str(err))):
-            return err
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return None
+    return next((cause for cause in exception_chain(err) if isinstance(cause, (_TORCH_OOM, MemoryError)) or (
+        isinstance(cause, RuntimeError) and (_CPU_ALLOCATOR in str(cause) or "out of memory" in str(cause)))), None)
 
 
 def explain_out_of_memory(err: BaseException, loop: FederatedLoop | None = None,

@@ -9,7 +9,7 @@ instead of a stack trace from the middle of round 0. The CLI prints each of thes
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 
@@ -52,6 +52,17 @@ class ClientStateError(CheckpointError):
 
 class ClientStateWriteError(RunWriteError):
     """A ``model.client_state: disk`` file could not be written; the checkpoints written before are unchanged."""
+
+
+def exception_chain(err: BaseException | None) -> Iterator[BaseException]:
+    """``err``, then each exception it was raised from or while handling (``__cause__``, else
+    ``__context__``), each once: where the one-line errors find what a wrapper (jsonargparse, torch's
+    zip writer, Lightning) hid under its own exception."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        yield err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
 
 
 def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from lightning_fl.validation import OutputWriteError, RunWriteError
+from lightning_fl.validation import OutputWriteError, RunWriteError, exception_chain
 
 #: Errors that mean "this file cannot be written here": permissions, read-only, full, too large, quota.
 WRITE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
@@ -76,17 +76,14 @@ def write_failure(err: BaseException, folder: Path | str | None = None) -> str |
         a file under logs/run/version_0: could not write (No space left on device); the checkpoints
         written before are unchanged
     """
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, OSError) and err.errno in WRITE_ERRNOS:
+    for cause in exception_chain(err):
+        if isinstance(cause, OSError) and cause.errno in WRITE_ERRNOS:
             # TensorBoard opens its event file by a bytes path; print it as text.
-            where = (os.fsdecode(err.filename) if err.filename is not None
+            where = (os.fsdecode(cause.filename) if cause.filename is not None
                      else "a file of the run" if folder is None else f"a file under {folder}")
             # A permission error may also come from a read: then "could not write" would be untrue.
-            cause = _reason(err) if err.errno in _EITHER_WAY else f"could not write ({_reason(err)})"
-            return f"{where}: {cause}; {KEPT}"
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
+            reason = _reason(cause) if cause.errno in _EITHER_WAY else f"could not write ({_reason(cause)})"
+            return f"{where}: {reason}; {KEPT}"
     return None
 
 
