@@ -7,6 +7,7 @@ The base classes (:class:`~lightning_fl.callback.FederatedCallback`,
 if __name__ != "lightning_fl.callbacks":  # one import path per module (see pyproject.toml)
     raise ImportError(f"import this package as lightning_fl.callbacks, not {__name__}")
 
+from lightning_fl.default_callbacks import register_defaults
 from lightning_fl.callbacks.communication_cost import CommunicationCost
 from lightning_fl.callbacks.dwfed import DWFed
 from lightning_fl.callbacks.fairness_metrics import FairnessMetrics
@@ -56,3 +57,5 @@ __all__ = [
     "Scaffold",
     "Tempo",
 ]
+
+register_defaults(aggregation=FedAvg, metrics=FairnessMetrics, progress_bar=RoundProgressBar)

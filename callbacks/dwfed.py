@@ -9,6 +9,7 @@ from lightning_fl.callbacks.fedfa import log_client_weights
 from torch import Tensor
 from typing_extensions import override
 
+from lightning_fl.aggregation.pipeline import Combination
 from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.federation import Federation
@@ -92,8 +93,8 @@ class DWFed(AggregationCallback):
         return self._emd_cache[1]
 
     @override
-    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
-                  log: RoundLogger) -> Tensor:
+    def combination(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                    log: RoundLogger) -> Combination:
         all_emd = self.population_emd(federation)
         emd = all_emd[update.client_ids.to(all_emd.device).long()].to(device=global_w.device)
         samples = update.num_samples.to(global_w.device) if self.weight_by_samples else None
@@ -104,4 +105,4 @@ class DWFed(AggregationCallback):
         figure = self.figure_every_n_rounds > 0 and round_idx % self.figure_every_n_rounds == 0
         log_client_weights(log, weights, update.client_ids, "DWFed weights", figure)
         log.log_histogram("server/emd", emd.float())
-        return update.weighted_sum(weights)
+        return Combination(weights)

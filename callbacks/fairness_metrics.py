@@ -51,7 +51,9 @@ class FairnessMetrics(FederatedCallback):
     the log directory, with ``fairness_history.csv`` holding every evaluation of both splits (one row
     per stage and round). Every evaluation also appends each client's accuracy and sample count to
     ``client_accuracy.csv`` in the run directory (``round,stage,client,accuracy,samples``; rank 0,
-    any logger), the distribution behind the summary metrics.
+    any logger), the distribution behind the summary metrics. Under ``model.attack`` the metrics,
+    the histogram and the table cover the honest clients only, and ``{stage}/all/*`` (also in
+    ``fairness_history.csv``) every client; ``client_accuracy.csv`` lists every client.
 
     IGFL's paper metric, the test accuracy averaged over the last 10% of rounds, closes ``fit``: the
     mean of ``test/acc_mean`` (and of ``test/acc_pooled``) over the evaluations of the last
@@ -77,7 +79,7 @@ class FairnessMetrics(FederatedCallback):
         - class_path: lightning_fl.callbacks.FairnessMetrics
     """
 
-    logged_scalars = (*(f"{stage}/{key}" for stage in ("val", "test") for key in FAIRNESS_KEYS),
+    logged_scalars = (*(f"{stage}/{key}" for stage in ("val", "test", "val/all", "test/all") for key in FAIRNESS_KEYS),
                       *(f"test/{key}_last10pct" for key in _LAST_ROUNDS_KEYS))
 
     def __init__(self, histogram_every: int = 1, method_name: str | None = None,
@@ -90,6 +92,7 @@ class FairnessMetrics(FederatedCallback):
         self.add_server_state("history", [])  # every evaluation: stage, round and the metrics
         self._aggregation = "FairnessMetrics"
         self._client_rows_stages: set[str] = set()  # stages this process has written client rows for
+        self._left_out = 0  # Byzantine clients the headline metrics leave out
 
     @override
     def on_federation_setup(self, federation: Federation) -> None:
@@ -99,8 +102,15 @@ class FairnessMetrics(FederatedCallback):
     def on_clients_evaluated(self, round_idx: int, evaluation: ClientEvaluation, federation: Federation,
                              log: RoundLogger) -> None:
         self._aggregation = federation.aggregation
-        metrics = fairness_metrics(evaluation.correct, evaluation.total)
         stage = evaluation.stage
+        correct, total = evaluation.correct, evaluation.total
+        if evaluation.counted is not None:  # under an attack: everyone as <stage>/all/*, the honest as <stage>/*
+            everyone = fairness_metrics(correct, total)
+            log.log_scalars({f"{stage}/all/{k}": v for k, v in everyone.items()})
+            self.history.append({"stage": f"{stage}/all", "round": evaluation.round_number, **everyone})
+            correct, total = correct[evaluation.counted], total[evaluation.counted]
+            self._left_out = int((~evaluation.counted).sum())
+        metrics = fairness_metrics(correct, total)
         log.log_scalars({f"{stage}/{k}": v for k, v in metrics.items()}, prog_bar=(f"{stage}/acc_mean",))
         self.history.append({"stage": stage, "round": evaluation.round_number, **metrics})
         accuracies = client_accuracies(evaluation.correct, evaluation.total)
@@ -110,8 +120,9 @@ class FairnessMetrics(FederatedCallback):
             self._client_rows_stages.add(stage)
         evaluations = sum(1 for row in self.history if row["stage"] == stage)
         if (evaluations - 1) % self.histogram_every == 0:
-            log.log_histogram(f"{stage}/client_acc", accuracies[~accuracies.isnan()])
-            log.log_figure(f"{stage}/client_acc_figure", accuracy_histogram_figure(accuracies, evaluation.round_number))
+            shown = accuracies if evaluation.counted is None else accuracies[evaluation.counted]
+            log.log_histogram(f"{stage}/client_acc", shown[~shown.isnan()])
+            log.log_figure(f"{stage}/client_acc_figure", accuracy_histogram_figure(shown, evaluation.round_number))
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -152,7 +163,9 @@ class FairnessMetrics(FederatedCallback):
         name = self.method_name or self._aggregation
         table = fairness_table({name: row})
         note = "" if last_rounds is None else "\n" + last_rounds_note(*last_rounds)
-        rank_zero_info(f"\nFairness of the global model after {row['round']} rounds (client test splits):\n{table}{note}")
+        splits = "client test splits" if not self._left_out else \
+            f"honest clients' test splits; the {self._left_out} Byzantine clients are in test/all/*"
+        rank_zero_info(f"\nFairness of the global model after {row['round']} rounds ({splits}):\n{table}{note}")
         log_dir = trainer.log_dir  # a collective with several processes: every rank asks once
         if not log_dir or trainer.global_rank != 0:
             return
@@ -160,7 +173,7 @@ class FairnessMetrics(FederatedCallback):
             os.makedirs(log_dir, exist_ok=True)
         summary = os.path.join(log_dir, f"fairness_summary{suffix}.md")
         with writing(summary, "the fairness summary"), open(summary, "w") as f:
-            f.write(f"Global model after {row['round']} rounds (client test splits).\n\n{table}{note}")
+            f.write(f"Global model after {row['round']} rounds ({splits}).\n\n{table}{note}")
         summary = os.path.join(log_dir, f"fairness_summary{suffix}.csv")
         with writing(summary, "the fairness summary"), open(summary, "w") as f:
             if last_rounds is None:

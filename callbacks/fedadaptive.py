@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import torch
+from lightning_fl.aggregation.server_optimizers import ServerAdagrad, ServerAdam, ServerAdaptive, ServerYogi
 from lightning_fl.callbacks.fedavg import FedAvg
-from torch import Tensor
-from typing_extensions import override
-
-from lightning_fl.engines.cohort import CohortUpdate
-from lightning_fl.federation import Federation
-from lightning_fl.functional.server_optimizers import adaptive_server_step
-from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import check_positive, check_range
+
+#: The server-optimizer stage of each kind.
+SERVER_STEPS: dict[str, type[ServerAdaptive]] = {"adam": ServerAdam, "yogi": ServerYogi, "adagrad": ServerAdagrad}
 
 
 class AdaptiveServerOptimizer(FedAvg):
@@ -77,19 +73,8 @@ class AdaptiveServerOptimizer(FedAvg):
         self.beta1 = float(beta1)
         self.beta2 = float(beta2)
         self.tau = float(tau)
-        self.add_server_state("m")  # (d,) after the first round
-        self.add_server_state("v")
-
-    @override
-    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
-                  log: RoundLogger) -> Tensor:
-        avg_w = self.average(round_idx, global_w, update)
-        step = adaptive_server_step(global_w, avg_w, _on(self.m, global_w), _on(self.v, global_w), self.kind,
-                                    self.lr, self.beta1, self.beta2, self.tau)
-        self.m, self.v = step.m, step.v
-        log.log_scalars({"server/m_norm": float(torch.linalg.vector_norm(self.m)),
-                                             "server/v_mean": float(self.v.mean())})
-        return step.new_w
+        # m and v (d,) are the stage's declared state, saved under the callback's name.
+        self.server_optimizer = SERVER_STEPS[self.kind](lr, beta1, beta2, tau)
 
 
 class FedAdam(AdaptiveServerOptimizer):
@@ -146,8 +131,3 @@ class FedAdagrad(AdaptiveServerOptimizer):
     """
 
     kind = "adagrad"
-
-
-def _on(value: Tensor | None, like: Tensor) -> Tensor | None:
-    """``value`` on ``like``'s device and dtype (state restored from a checkpoint may be on the CPU)."""
-    return None if value is None else value.to(like)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from torch import Tensor
 from typing_extensions import override
 
+from lightning_fl.aggregation.pipeline import Combination
 from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.fedadp_state import fedadp_step
 from lightning_fl.federation import Federation
-from lightning_fl.functional.weights import weighted_average
 from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import check_non_negative
 
@@ -72,12 +72,12 @@ class FedAdp(AggregationCallback):
         self.add_client_state("smoothed_angle", shape=())  # th_k of every client seen
 
     @override
-    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
-                  log: RoundLogger) -> Tensor:
+    def combination(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                    log: RoundLogger) -> Combination:
         out = fedadp_step(self.smoothed_angle, global_w, update, self.alpha)
         if out.degenerate:
             self.warn_degenerate_once("weights", round_idx)
         log.log_scalars({"server/smoothed_angle_mean": float(out.smoothed_angle.mean())})
         log.log_histogram("server/weights", out.weights.detach().float())
         log.log_histogram("server/smoothed_angle", out.smoothed_angle.detach().float())
-        return weighted_average(update.weights, out.weights)
+        return Combination(out.weights)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import Tensor
 from typing_extensions import override
 
+from lightning_fl.aggregation.pipeline import Combination
 from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.federation import Federation
@@ -41,13 +42,13 @@ class FedAvg(AggregationCallback):
         self.weighting = weighting
 
     @override
-    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
-                  log: RoundLogger) -> Tensor:
-        return self.average(round_idx, global_w, update)
+    def combination(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                    log: RoundLogger) -> Combination:
+        return Combination(self.sample_weights(round_idx, global_w, update))
 
-    def average(self, round_idx: int, global_w: Tensor, update: CohortUpdate) -> Tensor:
-        """``w_avg``: the cohort average with this callback's ``weighting`` (server optimizers step toward it)."""
+    def sample_weights(self, round_idx: int, global_w: Tensor, update: CohortUpdate) -> Tensor:
+        """``p``: this callback's ``weighting`` over the cohort (``global_w``'s dtype and device)."""
         weights, degenerate = fedavg_weights(update.num_samples.to(global_w.device), self.weighting)
         if degenerate:
             self.warn_degenerate_once("sample-count weights", round_idx)
-        return update.weighted_sum(weights.to(global_w.dtype))
+        return weights.to(global_w.dtype)

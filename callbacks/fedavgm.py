@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-import torch
+from lightning_fl.aggregation.server_optimizers import ServerMomentum
 from lightning_fl.callbacks.fedavg import FedAvg
-from torch import Tensor
-from typing_extensions import override
-
-from lightning_fl.engines.cohort import CohortUpdate
-from lightning_fl.federation import Federation
-from lightning_fl.functional.server_optimizers import fedavgm_step
-from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import check_positive, check_range
 
 
@@ -27,7 +20,8 @@ class FedAvgM(FedAvg):
     The velocity ``v`` starts at zeros (the first step is ``w^t - eta_s g``; with ``eta_s = 1`` that
     is FedAvg), is kept in fp32 on the global model's device and is checkpointed, so a resumed run
     continues exactly. With ``beta = 0`` and ``server_lr = 1`` this is FedAvg. Math:
-    :func:`lightning_fl.functional.server_optimizers.fedavgm_step`.
+    :func:`lightning_fl.functional.server_optimizers.fedavgm_step`, through the
+    :class:`~lightning_fl.aggregation.ServerMomentum` stage.
 
     Readings: ``w_avg`` is FedAvg's aggregate, with FedAvg's ``weighting`` option; a sample-count
     normalisation that sums to 0 falls back to uniform weights and warns once (docs/algorithms.md, Server arithmetic). The
@@ -62,13 +56,5 @@ class FedAvgM(FedAvg):
         check_positive("server_lr", server_lr)
         self.beta = float(beta)
         self.server_lr = float(server_lr)
-        self.add_server_state("velocity")  # (d,) after the first round
-
-    @override
-    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
-                  log: RoundLogger) -> Tensor:
-        avg_w = self.average(round_idx, global_w, update)
-        new_w, self.velocity = fedavgm_step(global_w, avg_w, None if self.velocity is None else self.velocity.to(global_w), self.beta,
-                                            self.server_lr)
-        log.log_scalars({"server/velocity_norm": float(torch.linalg.vector_norm(self.velocity))})
-        return new_w
+        # Its velocity (d,) is the stage's declared state, saved under the callback's name.
+        self.server_optimizer = ServerMomentum(beta, server_lr)

@@ -45,6 +45,8 @@ class FedDyn(AggregationCallback):
               init_args: {alpha: 0.01}
     """
 
+    composable = False  # its server step adds h / alpha: not a weighted mean of the updates
+
     logged_scalars = ("server/h_norm",)
 
     def __init__(self, alpha: float = 0.01) -> None:

@@ -7,6 +7,7 @@ from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
 
+from lightning_fl.aggregation.pipeline import Combination
 from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.federation import Federation
@@ -189,21 +190,38 @@ class FedFa(AggregationCallback):
             self.period_start, self.period_start_round = global_w.clone(), round_idx
         return self.period_start.to(global_w)
 
+    @property
+    def own_server_optimizer(self) -> bool:  # type: ignore[override]
+        """Its momentum is its server step; with ``server_momentum = 0`` another one may replace the plain step."""
+        return self.server_momentum > 0
+
     @override
-    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
-                  log: RoundLogger) -> Tensor:
+    def combination(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                    log: RoundLogger) -> Combination:
         weights, degenerate = self.client_weights(update, global_w)
         if degenerate:
             self.warn_degenerate_once("weights", round_idx)
-        w_agg = update.weighted_sum(weights)
+        return Combination(weights)
+
+    @override
+    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                  log: RoundLogger) -> Tensor:
+        # FedFa's momentum is its own server step (periods, three forms), applied to the pipeline's w_agg.
+        combination = self.combination(round_idx, global_w, update, federation, log)
+        w_agg = self.combine(round_idx, global_w, update, combination, federation, log)
+        if not self.server_optimizer.is_plain:  # model.aggregation.server_optimizer, with server_momentum 0
+            log_client_weights(log, combination.p, update.client_ids, self.weights_title, self._figure(round_idx))
+            return self.server_optimizer.step(global_w, w_agg, log)
         momentum = None if self.momentum is None else self.momentum.to(global_w)
         new_w, self.momentum = server_momentum_step(
             global_w, w_agg, momentum, round_idx, self.server_momentum, self.server_lr, self.period,
             self.momentum_form, self.period_mode, self._period_start(round_idx, global_w))
         log.log_scalars({"server/momentum_norm": float(torch.linalg.vector_norm(self.momentum))})
-        figure = self.figure_every_n_rounds > 0 and round_idx % self.figure_every_n_rounds == 0
-        log_client_weights(log, weights, update.client_ids, self.weights_title, figure)
+        log_client_weights(log, combination.p, update.client_ids, self.weights_title, self._figure(round_idx))
         return new_w
+
+    def _figure(self, round_idx: int) -> bool:
+        return self.figure_every_n_rounds > 0 and round_idx % self.figure_every_n_rounds == 0
 
 
 def _check_momentum_args(server_momentum: float, server_lr: float, period: int, momentum_form: str,

@@ -7,10 +7,12 @@ from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
+from lightning_fl.aggregation.pipeline import Combination
 from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.federation import Federation
-from lightning_fl.functional.fednova import fednova_step
+from lightning_fl.functional.fednova import fednova_normalizer, fednova_step, normalized_updates
+from lightning_fl.functional.weights import as_float_like, normalize_weights
 from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import ConfigError
 
@@ -75,10 +77,13 @@ class FedNova(AggregationCallback):
                            " model.keep_client_optimizer_state it is an approximation (warned once)")
 
     @override
-    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
-                  log: RoundLogger) -> Tensor:
-        step = fednova_step(global_w, update.weights, update.num_samples, update.num_steps, federation.optimizer.momentum)
+    def combination(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                    log: RoundLogger) -> Combination:
+        momentum = federation.optimizer.momentum
+        step = fednova_step(global_w, update.weights, update.num_samples, update.num_steps, momentum)
         if step.degenerate:
             self.warn_degenerate_once("sample-count weights", round_idx)
         log.log_scalars({"server/tau_eff": float(step.tau_eff)})
-        return step.new_w
+        p, _ = normalize_weights(as_float_like(update.num_samples, global_w))
+        a = as_float_like(fednova_normalizer(update.num_steps, momentum), global_w)
+        return Combination(p, step.tau_eff, rows=lambda rows: normalized_updates(rows, a), exact=lambda: step.new_w)

@@ -8,6 +8,7 @@ from lightning_fl.callbacks.igfl_client import IGFLState
 from torch import Tensor
 from typing_extensions import override
 
+from lightning_fl.aggregation.pipeline import Combination
 from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.federation import Federation
@@ -104,8 +105,12 @@ class IGFLServer(IGFLState, AggregationCallback):
                   log: RoundLogger) -> Tensor:
         prev = (self.prev_delta.gather(update.client_ids, global_w.device).to(global_w.dtype)
                 if self.attention == "time" else None)
-        new_w, attention = igfl_attention_aggregate(global_w, update.weights, prev, self.attention, self.similarity,
+        own_w, attention = igfl_attention_aggregate(global_w, update.weights, prev, self.attention, self.similarity,
                                                     self.temperature, self.time_reading)
+        # p_j: the column means of a (K, K) attention, or the (K,) attention itself (docs/algorithms.md).
+        p = attention.mean(dim=0) if attention.dim() == 2 else attention
+        w_agg = self.combine(round_idx, global_w, update, Combination(p, exact=lambda: own_w), federation, log)
+        new_w = self.server_optimizer.step(global_w, w_agg, log)
         self.record(global_w, new_w, update.client_ids, update.weights)
         self.last_attention = attention
         self._log(log, round_idx, attention, update.client_ids)

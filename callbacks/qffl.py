@@ -6,10 +6,11 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
+from lightning_fl.aggregation.pipeline import Combination
 from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.federation import Federation
-from lightning_fl.functional.qffl import qffl_step
+from lightning_fl.functional.qffl import qffl_combination, qffl_step
 from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import ConfigError, check_non_negative
 
@@ -74,11 +75,18 @@ class QFFL(AggregationCallback):
                               f" {federation.optimizer.describe()}")
 
     @override
-    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
-                  log: RoundLogger) -> Tensor:
+    def combination(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                    log: RoundLogger) -> Combination:
         if update.loss_before is None:
             raise RuntimeError("q-FFL needs CohortUpdate.loss_before; the engine did not measure it")
-        new_w = qffl_step(global_w, update.weights, update.loss_before, federation.optimizer.lr, self.q)
+        lr = federation.optimizer.lr
+        p, scale = qffl_combination(global_w, update.weights, update.loss_before, lr, self.q)
+        return Combination(p, scale, exact=lambda: qffl_step(global_w, update.weights, update.loss_before, lr, self.q))
+
+    @override
+    def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
+                  log: RoundLogger) -> Tensor:
+        new_w = super().aggregate(round_idx, global_w, update, federation, log)
         log.log_scalars({
             "server/update_norm": float(torch.linalg.vector_norm(new_w - global_w)),
             "server/loss_before_mean": float(update.loss_before.double().mean()),

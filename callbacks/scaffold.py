@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
+from lightning_fl.aggregation.pipeline import Combination
 from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
 from lightning_fl.federation import Federation
@@ -78,6 +79,7 @@ class Scaffold(AggregationCallback):
 
     vectors_down = 2  # w^t and c
     vectors_up = 2  # y_k and c_k+ - c_k
+    own_server_optimizer = True  # x + eta_g (w_agg - x), beside the control-variate update
 
     def __init__(self, server_lr: float = 1.0) -> None:
         super().__init__()
@@ -126,6 +128,10 @@ class Scaffold(AggregationCallback):
         c_k_plus = torch.where(federation.trainable_mask(), c_k_plus, torch.zeros_like(c_k_plus))
         new_w, self.control = scaffold_server_step(global_w, update.weights, c, c_k_plus - c_k,
                                                    federation.num_clients, self.server_lr)
+        if not self.pipeline.is_identity:  # x + eta_g (w_agg - x) with the pipeline's w_agg; c as before
+            uniform = torch.full((update.cohort_size,), 1.0 / update.cohort_size, device=global_w.device)
+            w_agg = self.combine(round_idx, global_w, update, Combination(uniform), federation, log)
+            new_w = global_w + self.server_lr * (w_agg - global_w)
         self.client_control.scatter(update.client_ids, c_k_plus)
         log.log_scalars({"server/control_norm": float(torch.linalg.vector_norm(self.control))})
         return new_w

@@ -8,9 +8,11 @@ import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
+import torch
 from lightning_fabric.utilities.cloud_io import _is_local_file_protocol
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 
+import lightning_fl.callbacks  # noqa: F401  (registers the default callbacks: FedAvg, FairnessMetrics, the round bar)
 from lightning_fl.checkpoint_io import AtomicCheckpointIO
 from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.dead_rank import lost_rank
@@ -225,8 +227,20 @@ def main(args: list[str] | None = None) -> None:
     preemption.install()
     try:
         _run(args, preemption, argv)
+        close_process_group()
     finally:
         preemption.uninstall()
+
+
+def close_process_group() -> None:
+    """Destroy the process group a multi-process run opened, once the run has ended normally.
+
+    Left to the interpreter's shutdown, gloo's threads are sometimes destroyed while still joinable, and a
+    run that finished and wrote everything aborts ("terminate called without an active exception", exit
+    -6). Only after a normal end: with a peer lost, tearing the group down could wait on it.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def _run(args: list[str] | None, preemption: Preemption, argv: list[str]) -> None:

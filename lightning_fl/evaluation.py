@@ -137,6 +137,8 @@ class ClientEvaluation:
         correct: ``(N,)`` correctly classified samples of the split per client.
         total: ``(N,)`` samples of the split per client.
         loss_sum: ``(N,)`` summed loss per client.
+        counted: ``(N,)`` bool, the clients the headline metrics cover (the honest ones under an attack);
+            ``None``: every client.
     """
 
     stage: str
@@ -144,10 +146,14 @@ class ClientEvaluation:
     correct: Tensor
     total: Tensor
     loss_sum: Tensor
+    counted: Tensor | None = None
 
     @property
     def pooled_loss(self) -> float:
-        return float(self.loss_sum.sum() / self.total.sum().clamp_min(1))
+        """The loss over every sample of the counted clients."""
+        loss_sum, total = (self.loss_sum, self.total) if self.counted is None else \
+            (self.loss_sum[self.counted], self.total[self.counted])
+        return float(loss_sum.sum() / total.sum().clamp_min(1))
 
 
 class GlobalModelView:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +15,8 @@ from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
 
+from lightning_fl.aggregation.attacks import Attack
+from lightning_fl.aggregation.pipeline import AggregationPipeline
 from lightning_fl.callback import AggregationCallback, FederatedCallback
 from lightning_fl.checkpoint_io import install_checkpoint_io
 from lightning_fl.client_rows import DiskRows, RowStore
@@ -23,6 +24,7 @@ from lightning_fl.client_state import ClientStateStore
 from lightning_fl.client_table import ClientTable
 from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.dead_rank import report_dead_children
+from lightning_fl.default_callbacks import callbacks_to_add
 from lightning_fl.engines import (
     ENGINE_CHOICES,
     ClientEngine,
@@ -59,8 +61,6 @@ from lightning_fl.validation import ConfigError, check_choice, check_positive
 CLIENT_STATE_STORES = ("memory", "disk")
 EXCHANGES = ("gather", "reduce")
 DIVERGENCE_POLICIES = ("stop", "drop")
-DEFAULT_CALLBACKS = ("lightning_fl.callbacks.FedAvg", "lightning_fl.callbacks.FairnessMetrics")
-ROUND_PROGRESS_BAR = "lightning_fl.callbacks.RoundProgressBar"
 
 
 class FederatedLoop(EvaluationHooks, CheckpointHooks):
@@ -121,6 +121,14 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             it was trained under (model, optimizer, local work, cohort, seed, data and partition, the
             algorithm and its arguments). Off by default: such a resume is an error naming the changed
             fields, because the result would not be the continuation of the checkpointed run.
+        aggregation: The aggregation pipeline (:class:`~lightning_fl.aggregation.AggregationPipeline`):
+            client-update transforms, a pre-aggregator, a combining rule (e.g. a robust one) and a server
+            optimizer around the aggregation callback's weights (docs/architecture.md, Aggregation
+            pipeline). ``None`` (default): the callback's own weighted mean and server step.
+        attack: Simulated Byzantine clients (:class:`~lightning_fl.aggregation.attacks.Attack`: ``LabelFlip``,
+            ``SignFlip``, ``Scale``, ``Gaussian``, ``ALIE``, ``IPM``), a fraction of all clients fixed from the
+            seed; ``val/*`` and ``test/*`` then cover the honest clients and ``test/all/*`` everyone
+            (docs/algorithms.md, Attacks (Byzantine clients)). ``None`` (default): no attack.
         cpu_threads: Intra-op threads for torch on CPU. ``None`` (auto) uses 1 thread for models under
             one million parameters: their per-step kernels are microseconds long, and a second thread
             makes each step wait on a barrier (10x slower when the machine is busy with other runs).
@@ -157,6 +165,8 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         system: SystemHeterogeneity | None = None,
         on_client_divergence: str = "stop",
         resume_despite_changes: bool = False,
+        aggregation: AggregationPipeline | None = None,
+        attack: Attack | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(client, ClientModule):
@@ -202,6 +212,9 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         self.system = system
         self.on_client_divergence = on_client_divergence
         self.resume_despite_changes = resume_despite_changes
+        self.aggregation = aggregation if aggregation is not None else AggregationPipeline()
+        self.attack = attack
+        self.honest_clients: Tensor | None = None  # (N,) bool with an attack: whose metrics are the headline
         self._data_sha: str | None = None
         self.collective_timeout = float(collective_timeout)
         self.rounds_completed = 0
@@ -213,24 +226,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
     # ------------------------------------------------------------------ set-up
     @override
     def configure_callbacks(self) -> list[pl.Callback]:
-        existing = self.trainer.callbacks
-        aggregators = [c for c in existing if isinstance(c, AggregationCallback)]
-        if len(aggregators) > 1:
-            names = ", ".join(type(c).__name__ for c in aggregators)
-            raise ConfigError(f"trainer.callbacks must contain at most one aggregation callback; got {names}")
-        added: list[pl.Callback] = []
-        bar = self.trainer.progress_bar_callback
-        if bar is not None and type(bar).__name__ != "RoundProgressBar":
-            # One bar over the rounds replaces Lightning's per-epoch bar (a round is one batch);
-            # nothing is added when the user turned bars off (trainer.enable_progress_bar: false).
-            added.append(_import_class(ROUND_PROGRESS_BAR)())
-        for class_path in DEFAULT_CALLBACKS:
-            # By class path, like a config entry: the core never imports the algorithms package.
-            cls = _import_class(class_path)
-            if not any(isinstance(c, cls) for c in existing) and not (
-                    issubclass(cls, AggregationCallback) and aggregators):
-                added.append(cls())
-        return added
+        return callbacks_to_add(self.trainer)
 
     @override
     def setup(self, stage: str) -> None:
@@ -257,6 +253,9 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         if not data.has_validation:
             check_without_validation(self.trainer, stage)
         check_setup(self, data, stage)
+        if self.attack is not None:  # B is fixed by the seed; label flippers train on flipped labels
+            self.attack.setup(data.num_clients, self.seed)
+            data, self.honest_clients = self.attack.poison(data), self.attack.honest_clients(data.num_clients)
         self.data = data.to(self.trainer.strategy.root_device)
         self._set_cpu_threads()
         if self.hierarchy is not None:
@@ -292,7 +291,8 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         self.federated_callbacks = callbacks
         self.rounds = RoundRunner(self.model, self.engine, self.sampler, self.store, self.hierarchy, self.federation,
                                   callbacks, self.sharding, reduce=self.exchange == "reduce", system=self.system,
-                                  on_client_divergence=self.on_client_divergence)
+                                  on_client_divergence=self.on_client_divergence, pipeline=self.aggregation,
+                                  attack=self.attack)
         self.rounds.setup_callbacks(training=stage == "fit", make_rows=self._row_store_factory())
 
     def _client_state_dir(self) -> Path | None:
@@ -390,8 +390,3 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         log.log_histogram("data/client_train_size", datamodule.data.train_sizes().float())
         summary = datamodule.partition_summary()
         log.log_text("data/summary", "\n".join(f"- {k}: {v}" for k, v in summary.items()))
-
-
-def _import_class(class_path: str) -> type:
-    module, _, name = class_path.rpartition(".")
-    return getattr(importlib.import_module(module), name)

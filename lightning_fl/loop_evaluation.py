@@ -75,7 +75,8 @@ class EvaluationHooks(LightningModule):
             x, y, offsets = self.data.split(stage)
             correct, total, loss_sum = evaluate_segments(self.model, x, y, offsets, self.eval_batch_size,
                                                          self.sharding)
-            self._pending_evaluations.append(ClientEvaluation(stage, self.rounds_completed, correct, total, loss_sum))
+            self._pending_evaluations.append(ClientEvaluation(stage, self.rounds_completed, correct, total, loss_sum,
+                                                              self.honest_clients))
 
     def _dispatch_evaluation(self, monitor: Callable[[str, float, bool], None] | None = None) -> None:
         # `validate` and `test` hand their scalars to Lightning (logger=True, with the round as the

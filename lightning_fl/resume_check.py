@@ -2,7 +2,7 @@
 
 A resumed run is only the continuation of the checkpointed one if it trains the same way: the same
 model and client optimizer, local work (a hierarchy's ``local_rounds`` too), cohort, seed, data and
-partition, and the same algorithm with the same arguments. :func:`run_config` records those as flat,
+partition, and the same algorithm with the same arguments and aggregation pipeline. :func:`run_config` records those as flat,
 named values in every checkpoint; :func:`changed_fields` names the ones a new run changes, and the
 loop refuses to resume across them unless ``model.resume_despite_changes`` says the user means it.
 
@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from lightning_fl.aggregation.pipeline import AggregationPipeline
 from lightning_fl.callback import AggregationCallback, FederatedCallback
 from lightning_fl.data import FederatedData
 from lightning_fl.engines.hooks import ClientHookSet
@@ -52,6 +53,10 @@ def run_config(loop: Any, datamodule: Any, callbacks: Iterable[FederatedCallback
     config: dict[str, Any] = {f"model.{name}": getattr(loop, name) for name in LOOP_FIELDS}
     if loop.hierarchy is not None:  # the assignment and institution aggregation are checked by the hierarchy
         config["model.hierarchy.local_rounds"] = loop.hierarchy.local_rounds
+    if loop.aggregation != AggregationPipeline():  # recorded when set, so older checkpoints compare equal
+        config["model.aggregation"] = describe(loop.aggregation)
+    if loop.attack is not None:
+        config["model.attack"] = describe(loop.attack)
     config["model.client"] = type(loop.model).__qualname__
     config["model.client shapes"] = {n: list(p.shape) for n, p in loop.model.state_dict().items()}
     probe = loop.optimizer_factory([torch.nn.Parameter(torch.zeros(1))])

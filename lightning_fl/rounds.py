@@ -15,6 +15,8 @@ import torch
 from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 
+from lightning_fl.aggregation.attacks import Attack, Scale
+from lightning_fl.aggregation.pipeline import AggregationPipeline
 from lightning_fl.callback import AggregationCallback, FederatedCallback
 from lightning_fl.client_rows import RowStore
 from lightning_fl.client_state import ClientStateStore
@@ -50,6 +52,8 @@ class RoundRunner:
             several processes and an aggregation callback that ``supports_reduce``).
         system: Simulated availability, dropout, stragglers and clock (flat rounds); ``None``: every
             sampled client trains all its local steps.
+        pipeline: ``model.aggregation``, handed to the aggregation callback (``None``: the identity).
+        attack: ``model.attack``, set up (its Byzantine clients drawn); it runs inside the pipeline.
         on_client_divergence: ``stop`` (raise :class:`DivergenceError` naming the round and client) or
             ``drop`` (discard diverged clients' updates, log them, go on; stop only if all diverged).
     """
@@ -57,7 +61,8 @@ class RoundRunner:
     def __init__(self, model: ClientModule, engine: ClientEngine, sampler: ClientSampler, store: ClientStateStore,
                  hierarchy: Hierarchy | None, federation: Federation, callbacks: Sequence[FederatedCallback],
                  sharding: CohortSharding | None = None, reduce: bool = False,
-                 system: SystemHeterogeneity | None = None, on_client_divergence: str = "stop") -> None:
+                 system: SystemHeterogeneity | None = None, on_client_divergence: str = "stop",
+                 pipeline: AggregationPipeline | None = None, attack: Attack | None = None) -> None:
         self.model, self.engine, self.sampler, self.store = model, engine, sampler, store
         self.system, self.on_client_divergence = system, on_client_divergence
         self.fates: ClientFates | None = None  # the last flat round's, under a system model
@@ -73,6 +78,18 @@ class RoundRunner:
                               f" (FedAvg, FedProx, FedAvgM, FedAdam, FedYogi, FedAdagrad, FedFa, FedFaMo, DWFed) and no"
                               f" model.hierarchy; got {type(self.aggregator).__name__}"
                               f"{' with a hierarchy' if hierarchy is not None else ''}; use exchange: gather")
+        pipeline = pipeline if pipeline is not None else AggregationPipeline()
+        if attack is not None:
+            if hierarchy is not None:
+                raise ConfigError("model.attack: attacks on a model.hierarchy are not supported yet; remove one of them")
+            pipeline.attack = attack
+            if isinstance(attack, Scale):  # gamma = K / eta_s by default
+                attack.cohort_size = sampler.clients_per_round
+        if reduce and pipeline.needs_every_row:
+            raise ConfigError("model.exchange: reduce exchanges partial sums, but model.aggregation or model.attack needs every"
+                              " client's update (a transform, pre-aggregator, robust rule or row attack); use exchange: gather")
+        pipeline.setup(len(hierarchy.members) if hierarchy is not None else sampler.clients_per_round)
+        self.aggregator.use_pipeline(pipeline)
         if hierarchy is not None and not self.aggregator.supports_hierarchy:
             raise ConfigError(f"{type(self.aggregator).__name__} cannot aggregate institutions in model.hierarchy mode"
                               " (its server step needs per-client updates); use FedAvg, FedProx, FedAvgM, FedAdam, FedYogi,"

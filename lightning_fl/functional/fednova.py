@@ -26,7 +26,7 @@ from torch import Tensor
 
 from lightning_fl.functional.weights import as_float_like, normalize_weights
 
-__all__ = ["FedNovaStep", "fednova_normalizer", "fednova_step"]
+__all__ = ["FedNovaStep", "fednova_normalizer", "fednova_step", "normalized_updates"]
 
 
 class FedNovaStep(NamedTuple):
@@ -98,9 +98,20 @@ def fednova_step(
     """
     p, degenerate = normalize_weights(as_float_like(num_samples, global_w))
     a = as_float_like(fednova_normalizer(num_steps, momentum), global_w)
-    safe_a = torch.where(a > 0, a, torch.ones_like(a))
-    d = (global_w - client_w) / safe_a.unsqueeze(1)
-    d = torch.where((a > 0).unsqueeze(1), d, torch.zeros_like(d))
+    d = normalized_updates(global_w - client_w, a)
     tau_eff = (p * a).sum()
     new_w = global_w - tau_eff * torch.tensordot(p, d, dims=1)
     return FedNovaStep(new_w, tau_eff, degenerate)
+
+
+def normalized_updates(rows: Tensor, a: Tensor) -> Tensor:
+    """``rows_k / a_k`` (FedNova's ``d_k``), and 0 for a client with ``a_k = 0`` (it took no step).
+
+    Example:
+        >>> normalized_updates(torch.tensor([[2.0], [5.0]]), torch.tensor([2.0, 0.0]))
+        tensor([[1.],
+                [0.]])
+    """
+    safe_a = torch.where(a > 0, a, torch.ones_like(a))
+    d = rows / safe_a.unsqueeze(1)
+    return torch.where((a > 0).unsqueeze(1), d, torch.zeros_like(d))

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from lightning_fl.functional.weights import as_float_like
 
-__all__ = ["QFFL_EPSILON", "qffl_step"]
+__all__ = ["QFFL_EPSILON", "qffl_combination", "qffl_step"]
 
 QFFL_EPSILON = 1e-10
 
@@ -48,6 +48,29 @@ def qffl_step(global_w: Tensor, client_w: Tensor, loss_before: Tensor, lr: float
         >>> qffl_step(torch.zeros(1), torch.tensor([[1.0], [3.0]]), torch.tensor([1.0, 1.0]), lr=1.0, q=0.0)
         tensor([2.])
     """
+    r, dw, h = _terms(global_w, client_w, loss_before, lr, q)
+    numerator = torch.tensordot(r, dw, dims=1)
+    return global_w - numerator / h.sum()
+
+
+def qffl_combination(global_w: Tensor, client_w: Tensor, loss_before: Tensor, lr: float,
+                     q: float = 1.0) -> tuple[Tensor, Tensor]:
+    """q-FFL as ``(p, s)`` of the aggregation pipeline: ``p_k = F_k^q / sum F^q``, ``s = L sum F^q / sum h``.
+
+    ``w^t + s sum_k p_k (y_k - w^t)`` is :func:`qffl_step` (to float rounding); a robust rule replaces
+    the weighted sum. ``h`` is always computed from the raw updates.
+
+    Example:
+        >>> p, s = qffl_combination(torch.zeros(1), torch.tensor([[1.0], [3.0]]), torch.tensor([1.0, 1.0]), 1.0, 0.0)
+        >>> p, s
+        (tensor([0.5000, 0.5000]), tensor(1.))
+    """
+    r, _, h = _terms(global_w, client_w, loss_before, lr, q)
+    return r / r.sum(), (1.0 / lr) * r.sum() / h.sum()
+
+
+def _terms(global_w: Tensor, client_w: Tensor, loss_before: Tensor, lr: float, q: float) -> tuple[Tensor, Tensor, Tensor]:
+    """``(r, dw, h)``: ``r_k = F_k^q / max F^q``, ``dw_k = L (w^t - y_k)`` and ``h_k / max F^q``."""
     if not lr > 0:
         raise ValueError(f"lr must be > 0; got {lr!r}")
     if not q >= 0:
@@ -57,7 +80,6 @@ def qffl_step(global_w: Tensor, client_w: Tensor, loss_before: Tensor, lr: float
     # r_k = F_k^q / max_j F_j^q in (0, 1]; dividing D and h by the same max_j F_j^q keeps the ratio.
     r = torch.pow(f / f.max(), q)
     dw = lipschitz * (global_w - client_w)
-    numerator = torch.tensordot(r, dw, dims=1)
     # q F^(q-1) / F_max^q = q r / F
     h = q * (r / f) * dw.pow(2).sum(dim=1) + lipschitz * r
-    return global_w - numerator / h.sum()
+    return r, dw, h

@@ -28,10 +28,10 @@ def test_two_rounds_match_hand_computation():
     # Round 0: w_avg = (1 [0, 2] + 3 [2, -2]) / 4 = [1.5, -1]; g = w - w_avg = [-0.5, 3]; v = g.
     w1 = aggregate(cb, fed, 0, vec(1, 2), make_update(0, [0, 2], [[0, 2], [2, -2]], [1, 3]), log)
     torch.testing.assert_close(w1, vec(1.25, 0.5))  # w - 0.5 v
-    torch.testing.assert_close(cb.velocity, vec(-0.5, 3))
+    torch.testing.assert_close(cb.server_optimizer.velocity, vec(-0.5, 3))
     # Round 1: w_avg = [0.75, 1]; g = [0.5, -0.5]; v = 0.9 [-0.5, 3] + g = [0.05, 2.2].
     w2 = aggregate(cb, fed, 1, w1, make_update(1, [1, 3], [[1.25, 0.5], [0.25, 1.5]], [2, 2]), log)
-    torch.testing.assert_close(cb.velocity, vec(0.05, 2.2))
+    torch.testing.assert_close(cb.server_optimizer.velocity, vec(0.05, 2.2))
     torch.testing.assert_close(w2, vec(1.225, -0.6))
     (metrics, step), = log.scalars[-1:]
     assert step == 2  # round index 1 describes the model after 2 rounds
