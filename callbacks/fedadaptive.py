@@ -6,7 +6,6 @@ from typing import ClassVar
 
 from lightning_fl.aggregation.server_optimizers import ServerAdagrad, ServerAdam, ServerAdaptive, ServerYogi
 from lightning_fl.callbacks.fedavg import FedAvg
-from lightning_fl.validation import check_positive, check_range
 
 #: The server-optimizer stage of each kind.
 SERVER_STEPS: dict[str, type[ServerAdaptive]] = {"adam": ServerAdam, "yogi": ServerYogi, "adagrad": ServerAdagrad}
@@ -65,15 +64,8 @@ class AdaptiveServerOptimizer(FedAvg):
         super().__init__(weighting)
         if not self.kind:
             raise TypeError("use lightning_fl.callbacks.FedAdam, lightning_fl.callbacks.FedYogi or lightning_fl.callbacks.FedAdagrad")
-        check_positive("lr", lr)
-        check_range("beta1", beta1, 0.0, 1.0)
-        check_range("beta2", beta2, 0.0, 1.0)
-        check_positive("tau", tau)
-        self.lr = float(lr)
-        self.beta1 = float(beta1)
-        self.beta2 = float(beta2)
-        self.tau = float(tau)
-        # m and v (d,) are the stage's declared state, saved under the callback's name.
+        self.lr, self.beta1, self.beta2, self.tau = float(lr), float(beta1), float(beta2), float(tau)
+        # The stage checks the arguments; m and v (d,) are its declared state, saved under the callback's name.
         self.server_optimizer = SERVER_STEPS[self.kind](lr, beta1, beta2, tau)
 
 

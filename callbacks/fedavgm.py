@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from lightning_fl.aggregation.server_optimizers import ServerMomentum
 from lightning_fl.callbacks.fedavg import FedAvg
-from lightning_fl.validation import check_positive, check_range
 
 
 class FedAvgM(FedAvg):
@@ -52,9 +51,6 @@ class FedAvgM(FedAvg):
 
     def __init__(self, beta: float = 0.9, server_lr: float = 1.0, weighting: str = "samples") -> None:
         super().__init__(weighting)
-        check_range("beta", beta, 0.0, 1.0)
-        check_positive("server_lr", server_lr)
-        self.beta = float(beta)
-        self.server_lr = float(server_lr)
-        # Its velocity (d,) is the stage's declared state, saved under the callback's name.
+        # The stage checks the arguments; its velocity (d,) is declared state, saved under the callback's name.
         self.server_optimizer = ServerMomentum(beta, server_lr)
+        self.beta, self.server_lr = float(beta), float(server_lr)

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import copy
+
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 
+from lightning_fl.aggregation.pipeline import AggregationPipeline, Combination
+from lightning_fl.aggregation.server_optimizers import ServerSGD
+from lightning_fl.aggregation.stage import StageContext
 from lightning_fl.declared_state import DeclaredState
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.fedadp_state import fedadp_step
 from lightning_fl.functional.weights import fedavg_weights, weighted_average
+from lightning_fl.round_logger import RoundLogger
 from lightning_fl.validation import ConfigError, check_choice, check_positive
 
 ASSIGNMENTS = ("contiguous", "round_robin", "explicit")
@@ -23,35 +29,79 @@ INSTITUTION_FEDADP_ALPHA = 5.0
 class InstitutionAggregation(DeclaredState):
     """How an institution combines its clients' models after each local-aggregation round.
 
-    docs/algorithms.md, Three-layer hierarchy. ``fedavg``: ``sum_n |D_n| y_n / sum_n |D_n|`` (Tempo
-    eqs. 3-7). ``fedadp``: FedAdp (docs/algorithms.md, FedAdp) against the institution model ``w^(m)``
-    the clients started from: ``g_n = w^(m) - y_n``, angle to the ``|D_n|``-weighted mean ``g``,
-    smoothed per client by its participation count ``m_n`` (institution rounds it has trained, this one
-    included), Gompertz ``a = 5``, weights ``psi_n = |D_n| exp(f(th_n)) / sum``. The smoothed angles
-    are declared per-client state (checkpointed with the hierarchy).
+    docs/algorithms.md, Three-layer hierarchy. The weights: ``fedavg``, ``|D_n| / sum |D|`` (Tempo eqs.
+    3-7); ``fedadp``, FedAdp (docs/algorithms.md, FedAdp) against the institution model ``w^(m)`` the
+    clients started from: ``g_n = w^(m) - y_n``, angle to the ``|D_n|``-weighted mean ``g``, smoothed per
+    client by its participation count ``m_n`` (institution rounds it has trained, this one included),
+    Gompertz ``a = 5``, weights ``psi_n = |D_n| exp(f(th_n)) / sum``. The smoothed angles are declared
+    per-client state (checkpointed with the hierarchy). The weights go through the institutions'
+    aggregation pipeline (docs/algorithms.md, Aggregation pipeline): each institution runs its own
+    copy, with its own state, over ``y_n - w^(m)``; with none configured, the weighted mean.
 
     Args:
         method: ``fedavg`` or ``fedadp``.
+        pipeline: The institutions' pipeline (``None``: the identity, each institution's weighted mean).
     """
 
-    def __init__(self, method: str = "fedavg") -> None:
+    def __init__(self, method: str = "fedavg", pipeline: AggregationPipeline | None = None) -> None:
         check_choice("hierarchy.institution_aggregation", method, INSTITUTION_AGGREGATIONS)
         self.method = method
-        self._warned = False
+        self.pipeline = pipeline if pipeline is not None else AggregationPipeline()
+        self.pipelines: list[AggregationPipeline] = []
+        self._warned: set[str] = set()
         if method == "fedadp":
             self.add_client_state("smoothed_angle", shape=())  # th_n of every client seen
 
-    def combine(self, institution_w: Tensor, update: CohortUpdate) -> Tensor:
-        """The institution's new model from its clients' ``update`` (they started from ``institution_w``)."""
+    def setup(self, members: list[Tensor]) -> None:
+        """One pipeline per institution (its own state), checked against the institution's size."""
+        if len(self.pipelines) != len(members):
+            self.pipelines = [copy.deepcopy(self.pipeline) for _ in members]
+        for m, (ids, pipeline) in enumerate(zip(members, self.pipelines, strict=True)):
+            pipeline.setup(len(ids), f"the clients of institution {m}", "model.hierarchy.institution_pipeline")
+            if pipeline.server_optimizer is None:
+                pipeline.server_optimizer = ServerSGD()
+
+    def weights(self, institution_w: Tensor, update: CohortUpdate) -> Tensor:
+        """``p``: the members' weights (``fedavg`` or ``fedadp``), in ``institution_w``'s dtype."""
         if self.method == "fedavg":
             weights, _ = fedavg_weights(update.num_samples.to(institution_w.device))
-            return weighted_average(update.weights, weights.to(institution_w.dtype))
+            return weights.to(institution_w.dtype)
         out = fedadp_step(self.smoothed_angle, institution_w, update, INSTITUTION_FEDADP_ALPHA)
-        if out.degenerate and not self._warned:
-            self._warned = True
-            rank_zero_warn("hierarchy.institution_aggregation fedadp: weights summed to 0/NaN/inf; using uniform"
-                           " weights over the institution's clients (warned once)")
-        return weighted_average(update.weights, out.weights)
+        if out.degenerate:
+            self.warn_once("degenerate", "hierarchy.institution_aggregation fedadp: weights summed to 0/NaN/inf; using"
+                                         " uniform weights over the institution's clients (warned once)")
+        return out.weights
+
+    def combine(self, institution_w: Tensor, update: CohortUpdate, institution: int = 0, round_idx: int = 0,
+                seed: int = 0, log: RoundLogger | None = None) -> Tensor:
+        """The institution's new model from its clients' ``update`` (they started from ``institution_w``)."""
+        p = self.weights(institution_w, update)
+        exact = (lambda: weighted_average(update.weights, p)) if self.method == "fedadp" else None
+        if not self.pipelines:  # used without set-up (a bare combine): the weighted mean
+            return exact() if exact is not None else update.weighted_sum(p)
+        pipeline = self.pipelines[institution]
+        log = log if log is not None else RoundLogger([], round_idx + 1)
+        ctx = StageContext(round_idx, update.client_ids, institution_w, seed, pipeline.f, log, self.warn_once)
+        w_agg = pipeline.combine(institution_w, update, Combination(p, exact=exact), ctx, "the institution")
+        return pipeline.server_optimizer.step(institution_w, w_agg, log)
+
+    def warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            rank_zero_warn(message)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        pipelines = [{**p.state_dict(), "server_optimizer": p.server_optimizer.state_dict()} for p in self.pipelines]
+        if any(stage["server"] or stage["clients"] for p in pipelines for stage in p.values()):
+            state["pipelines"] = pipelines
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        for pipeline, saved in zip(self.pipelines, state_dict.get("pipelines", ()), strict=False):
+            pipeline.load_state_dict(saved)
+            pipeline.server_optimizer.load_state_dict(saved["server_optimizer"])
 
 
 class Hierarchy:
@@ -72,8 +122,11 @@ class Hierarchy:
             goes to institution ``k mod M``) or ``explicit`` (``institutions`` lists the clients).
         local_rounds: ``tau_i``, institution aggregations per global iteration.
         institutions: With ``assignment: explicit``, one list of client ids per institution.
-        institution_aggregation: How institutions combine their clients: ``fedavg`` (default,
+        institution_aggregation: How institutions weigh their clients: ``fedavg`` (default,
             ``|D_n|``-weighted) or ``fedadp`` (FedAdp, per-client smoothed angles, ``a = 5``).
+        institution_pipeline: The institutions' aggregation pipeline (transforms, a robust rule, a server
+            optimizer; :class:`~lightning_fl.aggregation.AggregationPipeline`), one copy with its own state
+            per institution; the server level takes ``model.aggregation``. ``None``: the weighted mean.
 
     Raises:
         ConfigError: On ``tau_i < 1``, an unknown assignment or institution aggregation, an institution
@@ -91,10 +144,12 @@ class Hierarchy:
     """
 
     def __init__(self, num_institutions: int = 5, assignment: str = "contiguous", local_rounds: int = 4,
-                 institutions: list[list[int]] | None = None, institution_aggregation: str = "fedavg") -> None:
+                 institutions: list[list[int]] | None = None, institution_aggregation: str = "fedavg",
+                 institution_pipeline: AggregationPipeline | None = None) -> None:
         check_choice("hierarchy.assignment", assignment, ASSIGNMENTS)
         check_positive("hierarchy.local_rounds", local_rounds, integer=True)
-        self.aggregation = InstitutionAggregation(institution_aggregation)
+        self.aggregation = InstitutionAggregation(institution_aggregation, institution_pipeline)
+        self.institution_pipeline = institution_pipeline
         if assignment == "explicit":
             if not institutions:
                 raise ConfigError("hierarchy.institutions must list the client ids of every institution when"
@@ -112,6 +167,7 @@ class Hierarchy:
     def setup(self, num_clients: int, local_epochs: int) -> None:
         """Assign clients to institutions and start every institution at ``local_epochs``."""
         self.members = assign_clients(num_clients, self.num_institutions, self.assignment, self.institutions_config)
+        self.aggregation.setup(self.members)
         if not bool((self.epochs > 0).all()):
             self.epochs = torch.full((self.num_institutions,), local_epochs, dtype=torch.long)
 

@@ -53,6 +53,8 @@ def run_config(loop: Any, datamodule: Any, callbacks: Iterable[FederatedCallback
     config: dict[str, Any] = {f"model.{name}": getattr(loop, name) for name in LOOP_FIELDS}
     if loop.hierarchy is not None:  # the assignment and institution aggregation are checked by the hierarchy
         config["model.hierarchy.local_rounds"] = loop.hierarchy.local_rounds
+        if loop.hierarchy.institution_pipeline is not None:
+            config["model.hierarchy.institution_pipeline"] = describe(loop.hierarchy.institution_pipeline)
     if loop.aggregation != AggregationPipeline():  # recorded when set, so older checkpoints compare equal
         config["model.aggregation"] = describe(loop.aggregation)
     if loop.attack is not None:

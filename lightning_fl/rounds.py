@@ -88,7 +88,10 @@ class RoundRunner:
         if reduce and pipeline.needs_every_row:
             raise ConfigError("model.exchange: reduce exchanges partial sums, but model.aggregation or model.attack needs every"
                               " client's update (a transform, pre-aggregator, robust rule or row attack); use exchange: gather")
-        pipeline.setup(len(hierarchy.members) if hierarchy is not None else sampler.clients_per_round)
+        if hierarchy is None:
+            pipeline.setup(sampler.clients_per_round)
+        else:  # the server's cohort is the institutions
+            pipeline.setup(hierarchy.num_institutions, "model.hierarchy.num_institutions")
         self.aggregator.use_pipeline(pipeline)
         if hierarchy is not None and not self.aggregator.supports_hierarchy:
             raise ConfigError(f"{type(self.aggregator).__name__} cannot aggregate institutions in model.hierarchy mode"
@@ -260,7 +263,8 @@ class RoundRunner:
 
         Every institution starts from ``w^(c)``; for ``tau_i`` rounds all its clients train
         ``epochs[m]`` epochs from the institution model, which becomes their ``|D_n|``-weighted
-        average (or their FedAdp aggregate: ``hierarchy.institution_aggregation``). The global model is restored to ``w^(c)`` afterwards, so the aggregation callback
+        average (or their FedAdp aggregate: ``hierarchy.institution_aggregation``), through the institution's
+        pipeline (``hierarchy.institution_pipeline``). The global model is restored to ``w^(c)`` afterwards, so the aggregation callback
         sees the institutions as its cohort: ``weights`` are the institution models, ``num_samples``
         their ``|D^(m)|``.
         """
@@ -288,7 +292,8 @@ class RoundRunner:
                                                   local_epochs=int(hierarchy.epochs[m]), where=f" (institution {m})")
                     compute[m].append(seconds)
                     start_w = layout.flatten(state)  # the institution model its clients started from
-                    layout.load_into(hierarchy.aggregation.combine(start_w, update), state)
+                    new_w = hierarchy.aggregation.combine(start_w, update, m, round_idx, self.federation.seed, log)
+                    layout.load_into(new_w, state)
                     for name, value in update.int_state.items():
                         state[name].copy_(value)
                     steps[m] += int(update.num_steps.max())

@@ -116,13 +116,18 @@ class AggregationPipeline(RecordsInitArgs):
         named["rule"] = self.rule
         return named
 
-    def setup(self, cohort_size: int) -> None:
-        """Fix ``f`` for the nominal cohort ``K`` and check every stage's requirement (one-line errors)."""
+    def setup(self, cohort_size: int, cohort: str = "model.clients_per_round", field: str = "model.aggregation") -> None:
+        """Fix ``f`` for the nominal cohort ``K`` and check every stage's requirement (one-line errors).
+
+        Args:
+            cohort_size: ``K``.
+            cohort: What ``K`` is, for the message.
+            field: The config field of this pipeline, for the message.
+        """
         if self.f_given is None:
             self.f = math.ceil(self.f_fraction * cohort_size)
-        source = "model.aggregation.f" if self.f_given is not None else (
-            f"model.aggregation.f = ceil(f_fraction {self.f_fraction} x K)")
-        for field, stage in (("pre_aggregator", self.pre_aggregator), ("rule", self.rule)):
+        source = f"{field}.f" if self.f_given is not None else f"{field}.f = ceil(f_fraction {self.f_fraction} x K)"
+        for name, stage in (("pre_aggregator", self.pre_aggregator), ("rule", self.rule)):
             requirement = getattr(stage, "requirement", None)
             if requirement is None:
                 continue
@@ -131,8 +136,8 @@ class AggregationPipeline(RecordsInitArgs):
                 f = stage.trim_count(cohort_size, self.f)
             if not meets_requirement(requirement, cohort_size, f):
                 what = "b" if requirement == "trimmed_mean" else "f"
-                raise ConfigError(f"model.aggregation.{field} {stage.name} needs {RULES[requirement].replace('f', what)};"
-                                  f" got K = {cohort_size} (model.clients_per_round) and {what} = {f}"
+                raise ConfigError(f"{field}.{name} {stage.name} needs {RULES[requirement].replace('f', what)};"
+                                  f" got K = {cohort_size} ({cohort}) and {what} = {f}"
                                   f" ({source if what == 'f' else 'its b, beta or f'})")
 
     # ------------------------------------------------------------------ state

@@ -1,0 +1,197 @@
+"""``make robust``: fairness weightings under attack, with and without a robust combining rule.
+
+FedAvg, FedFa, q-FFL and DWFed (their Synthetic(1,1) configs) train with label flipping and ALIE
+attackers at Byzantine fractions 0, 0.1 and 0.2, each with the weighted mean, a trimmed mean and the
+geometric median, over several seeds (docs/experiments.md, "Robustness under attack"). The report,
+``robust.md`` and ``robust.csv`` in the save directory, gives per cell the honest clients' average and
+worst-20% test accuracy (mean and 95% t interval over the seeds), everyone's average
+(``test/all/acc_mean``), and the share of the aggregation weight the algorithm handed to the
+attackers (``attack/byzantine_weight``) beside their share of the cohort (``attack/f_t / K``): a
+weighting that rewards attackers gives them more than their share. ``robust.png`` draws the honest
+average against the fraction. Finished runs are kept.
+
+Example::
+
+    python -m lightning_fl.experiments.robust --save-dir lightning_logs/robust --seeds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from lightning_fl.experiments.grid import GridResult, run_grid
+from lightning_fl.experiments.launcher import launch
+from lightning_fl.experiments.runs import Run, parse_seeds
+from lightning_fl.experiments.stats import Stats, stats
+from lightning_fl.reporting.robust_figure import robust_panels
+from lightning_fl.validation import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+METHODS = {"FedAvg": "fedavg_synthetic.yaml", "FedFa": "fedfa_synthetic.yaml", "q-FFL": "qffl_synthetic.yaml",
+           "DWFed": "dwfed_synthetic.yaml"}
+ATTACKS = {"label_flip": "lightning_fl.aggregation.attacks.LabelFlip", "alie": "lightning_fl.aggregation.attacks.ALIE"}
+FRACTIONS = (0.0, 0.1, 0.2)
+RULES = {"mean": None, "trimmed_mean": "lightning_fl.aggregation.TrimmedMean",
+         "geometric_median": "lightning_fl.aggregation.GeometricMedian"}
+#: The tolerance the robust rules assume: f = ceil(0.2 K), the largest fraction attacked.
+F_FRACTION = 0.2
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One configuration of the experiment (a method in :func:`run_grid`'s sense)."""
+
+    method: str
+    attack: str
+    fraction: float
+    rule: str
+
+    @property
+    def name(self) -> str:
+        attack = "none" if self.fraction == 0 else f"{self.attack}{round(self.fraction * 100)}"
+        return f"{self.method}-{attack}-{self.rule}"
+
+
+def cells(methods: Sequence[str] = tuple(METHODS), attacks: Sequence[str] = tuple(ATTACKS),
+          rules: Sequence[str] = tuple(RULES)) -> list[Cell]:
+    """Every cell: each method x rule without an attack, and x attack x fraction > 0."""
+    out = []
+    for method in methods:
+        for rule in rules:
+            out.append(Cell(method, "none", 0.0, rule))
+            out += [Cell(method, attack, fraction, rule) for attack in attacks for fraction in FRACTIONS if fraction]
+    return out
+
+
+def cell_config(cell: Cell) -> dict:
+    """The method's shipped config with the cell's attack and rule."""
+    config = yaml.safe_load((REPO / "configs" / METHODS[cell.method]).read_text())
+    config["trainer"]["callbacks"] = [c for c in config["trainer"]["callbacks"]
+                                      if not c["class_path"].endswith("RoundsToTarget")]
+    if cell.fraction:
+        config["model"]["attack"] = {"class_path": ATTACKS[cell.attack], "init_args": {"fraction": cell.fraction}}
+    if RULES[cell.rule]:
+        config["model"]["aggregation"] = {"rule": {"class_path": RULES[cell.rule]}, "f_fraction": F_FRACTION}
+    return config
+
+
+def _scalar_mean(run: Run, tag: str) -> float | None:
+    """The mean over rounds of TensorBoard scalar ``tag`` of ``run`` (``None`` when it was not logged)."""
+    events = EventAccumulator(str(run.log_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    if tag not in events.Tags().get("scalars", []):
+        return None
+    return float(np.mean([e.value for e in events.Scalars(tag)]))
+
+
+def _fmt(s: Stats | None, scale: float = 100.0) -> str:
+    if s is None:
+        return "–"
+    interval = "" if s.n < 2 else f" [{(s.mean - s.ci) * scale:.1f}, {(s.mean + s.ci) * scale:.1f}]"
+    return f"{s.mean * scale:.1f}{interval}"
+
+
+def report(result: GridResult, all_cells: Sequence[Cell], cohort: int) -> tuple[str, list[dict]]:
+    """``robust.md``'s table and ``robust.csv``'s rows from the finished grid."""
+    by_method: dict[str, list[Run]] = {}
+    for run in result.runs:
+        by_method.setdefault(run.method, []).append(run)
+    rows, lines = [], ["| Method | Attack | Fraction | Rule | Honest avg % | Honest worst 20% % | All avg % |"
+                       " Attackers' weight % | Attackers' cohort share % |", "|" + " --- |" * 3 + " ---: |" * 6]
+    for cell in all_cells:
+        runs = by_method.get(cell.name, [])
+        acc = result.summary.get((cell.name, "acc_mean"))
+        worst = result.summary.get((cell.name, "acc_worst20"))
+        everyone = [v for r in runs if (v := _scalar_mean_last(r, "test/all/acc_mean")) is not None]
+        weight = [v for r in runs if (v := _scalar_mean(r, "attack/byzantine_weight")) is not None]
+        share = [v / cohort for r in runs if (v := _scalar_mean(r, "attack/f_t")) is not None]
+        row = {"method": cell.method, "attack": cell.attack, "fraction": cell.fraction, "rule": cell.rule,
+               "honest_acc_mean": acc, "honest_acc_worst20": worst, "all_acc_mean": stats(everyone) if everyone else None,
+               "attacker_weight": stats(weight) if weight else None, "attacker_share": stats(share) if share else None}
+        rows.append(row)
+        lines.append(f"| {cell.method} | {cell.attack} | {cell.fraction:g} | {cell.rule} | {_fmt(acc)} | {_fmt(worst)} |"
+                     f" {_fmt(row['all_acc_mean'])} | {_fmt(row['attacker_weight'])} | {_fmt(row['attacker_share'])} |")
+    return "\n".join(lines) + "\n", rows
+
+
+def _scalar_mean_last(run: Run, tag: str) -> float | None:
+    """The last value of ``tag`` (the final evaluation), or ``None``."""
+    events = EventAccumulator(str(run.log_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    if tag not in events.Tags().get("scalars", []):
+        return None
+    return float(events.Scalars(tag)[-1].value)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--save-dir", required=True, type=Path)
+    p.add_argument("--seeds", default="3", help="a count (3: seeds 0, 1, 2) or a list (0,4,7); default 3")
+    p.add_argument("--rounds", type=int, help="override trainer.max_epochs (default: the configs' 60)")
+    p.add_argument("--jobs", type=int, help="training processes at a time (default: one per CPU core)")
+    for name, choices in (("methods", METHODS), ("attacks", ATTACKS), ("rules", RULES)):
+        p.add_argument(f"--{name}", default=",".join(choices), help=f"a subset of {', '.join(choices)} (default: all)")
+    return p
+
+
+def _subset(name: str, text: str, choices: Sequence[str]) -> list[str]:
+    picked = [c for c in text.split(",") if c]
+    if not picked or any(c not in choices for c in picked):
+        raise ConfigError(f"--{name} must list some of {', '.join(choices)}; got {text!r}")
+    return picked
+
+
+def main(argv: list[str] | None = None, launcher: Callable[[Run], float] = launch) -> str:
+    """Command line: see the module docstring; returns the report (``launcher``: tests train in-process)."""
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        methods = _subset("methods", args.methods, list(METHODS))
+        attacks, rules = _subset("attacks", args.attacks, list(ATTACKS)), _subset("rules", args.rules, list(RULES))
+        if args.rounds is not None and args.rounds < 1:
+            raise ConfigError(f"--rounds must be an integer >= 1; got {args.rounds}")
+        all_cells = cells(methods, attacks, rules)
+        config_dir = args.save_dir / "configs"
+        config_dir.mkdir(parents=True, exist_ok=True)
+        runs = {}
+        for cell in all_cells:
+            path = config_dir / f"{cell.name}.yaml"
+            text = yaml.safe_dump(cell_config(cell), sort_keys=False)
+            if not path.exists() or path.read_text() != text:  # an unchanged file keeps its finished runs
+                path.write_text(text)
+            runs[cell.name] = str(path)
+        extra = ["--trainer.max_epochs", str(args.rounds)] if args.rounds else []
+        result = run_grid(runs, parse_seeds(args.seeds), args.save_dir, args.jobs, extra,
+                          title="Robustness under attack: Synthetic(1,1), 30 clients, 10 per round", launcher=launcher)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    cohort = yaml.safe_load((REPO / "configs" / METHODS[methods[0]]).read_text())["model"]["clients_per_round"]
+    table, rows = report(result, all_cells, cohort)
+    text = (f"Honest clients' final test accuracy (mean [95% t interval] over {len(parse_seeds(args.seeds))} seeds);"
+            f" robust rules assume f = ceil({F_FRACTION} K).\n\n{table}")
+    (args.save_dir / "robust.md").write_text(text)
+    _write_csv(rows, args.save_dir / "robust.csv")
+    robust_panels(rows, FRACTIONS).savefig(args.save_dir / "robust.png", dpi=100)
+    print(f"\n{text}\nSaved robust.md, robust.csv and robust.png to {args.save_dir}", flush=True)
+    return text
+
+
+def _write_csv(rows: Sequence[dict], path: Path) -> None:
+    keys = ("honest_acc_mean", "honest_acc_worst20", "all_acc_mean", "attacker_weight", "attacker_share")
+    lines = ["method,attack,fraction,rule," + ",".join(f"{k},{k}_ci" for k in keys)]
+    for row in rows:
+        values = [f"{row[k].mean!r},{row[k].ci!r}" if row[k] is not None else "," for k in keys]
+        lines.append(f"{row['method']},{row['attack']},{row['fraction']},{row['rule']}," + ",".join(values))
+    path.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
