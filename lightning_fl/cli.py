@@ -13,6 +13,7 @@ from lightning_fabric.utilities.cloud_io import _is_local_file_protocol
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 
 import lightning_fl.callbacks  # noqa: F401  (registers the default callbacks: FedAvg, FairnessMetrics, the round bar)
+from lightning_fl.aggregation.config_errors import stage_config_error
 from lightning_fl.checkpoint_io import AtomicCheckpointIO
 from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.dead_rank import lost_rank
@@ -60,7 +61,8 @@ _CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
 
 
 class FederatedArgumentParser(LightningArgumentParser):
-    """LightningCLI's parser, except that a malformed ``partition`` or a ``nan``/``inf`` float fails with one line.
+    """LightningCLI's parser, except that a malformed ``partition``, pipeline stage or attack, or a ``nan``/``inf`` float,
+    fails with one line.
 
     jsonargparse checks a partition's class path and option names while parsing, before our own
     checks run, and reports a mistake as a multi-line account of every type it tried. Every other
@@ -70,7 +72,7 @@ class FederatedArgumentParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         # Nested parsers (exit_on_error off) only pass the report up; translate where it would be printed.
         if self.exit_on_error:
-            partition = partition_config_error(message) or non_finite_error(message)
+            partition = partition_config_error(message) or stage_config_error(message) or non_finite_error(message)
             if partition is not None:
                 raise ConfigError(partition)
         super().error(message, ex)
