@@ -4,7 +4,8 @@ FedAvg, FedFa, q-FFL and DWFed (their Synthetic(1,1) configs) train with label f
 attackers at Byzantine fractions 0, 0.1 and 0.2, each with the weighted mean, a trimmed mean and the
 geometric median, over several seeds (docs/experiments.md, "Robustness under attack"). The report,
 ``robust.md`` and ``robust.csv`` in the save directory, gives per cell the honest clients' average and
-worst-20% test accuracy (mean and 95% t interval over the seeds), everyone's average
+worst-20% test accuracy (mean and 95% t interval over the seeds), the change of the honest clients'
+average against the run without attack on the same clients and seed (a paired difference), everyone's average
 (``test/all/acc_mean``), and the share of the aggregation weight the algorithm handed to the
 attackers (``attack/byzantine_weight``) beside their share of the cohort (``attack/f_t / K``): a
 weighting that rewards attackers gives them more than their share. ``robust.png`` draws the honest
@@ -18,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ from lightning_fl.experiments.grid import GridResult, run_grid
 from lightning_fl.experiments.launcher import launch
 from lightning_fl.experiments.runs import Run, parse_seeds
 from lightning_fl.experiments.stats import Stats, stats
+from lightning_fl.functional.attacks import byzantine_clients
 from lightning_fl.reporting.robust_figure import robust_panels
 from lightning_fl.validation import ConfigError
 
@@ -83,13 +86,42 @@ def cell_config(cell: Cell) -> dict:
     return config
 
 
-def _scalar_mean(run: Run, tag: str) -> float | None:
-    """The mean over rounds of TensorBoard scalar ``tag`` of ``run`` (``None`` when it was not logged)."""
+#: The TensorBoard scalars the report reads from every run.
+_TAGS = ("test/all/acc_mean", "attack/byzantine_weight", "attack/f_t")
+
+
+def _scalars(run: Run) -> dict[str, list[float]]:
+    """``run``'s values of :data:`_TAGS` in step order (a tag the run did not log is absent)."""
     events = EventAccumulator(str(run.log_dir), size_guidance={"scalars": 0})
     events.Reload()
-    if tag not in events.Tags().get("scalars", []):
-        return None
-    return float(np.mean([e.value for e in events.Scalars(tag)]))
+    logged = set(events.Tags().get("scalars", []))
+    return {tag: [e.value for e in events.Scalars(tag)] for tag in _TAGS if tag in logged}
+
+
+def _final_client_accuracy(run: Run) -> dict[int, float]:
+    """``{client: test accuracy}`` at ``run``'s final evaluation (clients with test samples)."""
+    with open(run.log_dir / "client_accuracy.csv") as f:
+        records = [r for r in csv.DictReader(f) if r["stage"] == "test" and float(r["samples"]) > 0]
+    last = max(int(r["round"]) for r in records)
+    return {int(r["client"]): float(r["accuracy"]) for r in records if int(r["round"]) == last}
+
+
+def paired_drop(attacked: Sequence[Run], clean: Sequence[Run], fraction: float, num_clients: int) -> Stats | None:
+    """The honest clients' mean accuracy under attack minus theirs in the run without attack, over the seeds.
+
+    The same clients on both sides (the honest set of ``fraction``, drawn from the seed as the runs draw
+    it) and the same seed (so the same data and cohorts up to the attack): a paired difference.
+    """
+    by_seed = {run.seed: run for run in clean}
+    drops = []
+    for run in attacked:
+        if run.seed not in by_seed:
+            continue
+        honest = set(range(num_clients)) - set(byzantine_clients(num_clients, fraction, run.seed).tolist())
+        under, without = _final_client_accuracy(run), _final_client_accuracy(by_seed[run.seed])
+        common = sorted(honest & set(under) & set(without))
+        drops.append(float(np.mean([under[k] for k in common]) - np.mean([without[k] for k in common])))
+    return stats(drops) if drops else None
 
 
 def _fmt(s: Stats | None, scale: float = 100.0) -> str:
@@ -99,36 +131,32 @@ def _fmt(s: Stats | None, scale: float = 100.0) -> str:
     return f"{s.mean * scale:.1f}{interval}"
 
 
-def report(result: GridResult, all_cells: Sequence[Cell], cohort: int) -> tuple[str, list[dict]]:
+def report(result: GridResult, all_cells: Sequence[Cell], cohort: int, num_clients: int) -> tuple[str, list[dict]]:
     """``robust.md``'s table and ``robust.csv``'s rows from the finished grid."""
     by_method: dict[str, list[Run]] = {}
     for run in result.runs:
         by_method.setdefault(run.method, []).append(run)
-    rows, lines = [], ["| Method | Attack | Fraction | Rule | Honest avg % | Honest worst 20% % | All avg % |"
-                       " Attackers' weight % | Attackers' cohort share % |", "|" + " --- |" * 3 + " ---: |" * 6]
+    rows, lines = [], ["| Method | Attack | Fraction | Rule | Honest avg % | Change, same clients (pp) |"
+                       " Honest worst 20% % | All avg % | Attackers' weight % | Attackers' cohort share % |",
+                       "|" + " --- |" * 3 + " ---: |" * 7]
     for cell in all_cells:
         runs = by_method.get(cell.name, [])
         acc = result.summary.get((cell.name, "acc_mean"))
         worst = result.summary.get((cell.name, "acc_worst20"))
-        everyone = [v for r in runs if (v := _scalar_mean_last(r, "test/all/acc_mean")) is not None]
-        weight = [v for r in runs if (v := _scalar_mean(r, "attack/byzantine_weight")) is not None]
-        share = [v / cohort for r in runs if (v := _scalar_mean(r, "attack/f_t")) is not None]
+        logged = [_scalars(r) for r in runs]
+        everyone = [v["test/all/acc_mean"][-1] for v in logged if "test/all/acc_mean" in v]  # the final evaluation
+        weight = [float(np.mean(v["attack/byzantine_weight"])) for v in logged if "attack/byzantine_weight" in v]
+        share = [float(np.mean(v["attack/f_t"])) / cohort for v in logged if "attack/f_t" in v]
         row = {"method": cell.method, "attack": cell.attack, "fraction": cell.fraction, "rule": cell.rule,
                "honest_acc_mean": acc, "honest_acc_worst20": worst, "all_acc_mean": stats(everyone) if everyone else None,
-               "attacker_weight": stats(weight) if weight else None, "attacker_share": stats(share) if share else None}
+               "attacker_weight": stats(weight) if weight else None, "attacker_share": stats(share) if share else None,
+               "change_same_clients": None if not cell.fraction else paired_drop(
+                   runs, by_method.get(Cell(cell.method, "none", 0.0, cell.rule).name, []), cell.fraction, num_clients)}
         rows.append(row)
-        lines.append(f"| {cell.method} | {cell.attack} | {cell.fraction:g} | {cell.rule} | {_fmt(acc)} | {_fmt(worst)} |"
+        lines.append(f"| {cell.method} | {cell.attack} | {cell.fraction:g} | {cell.rule} | {_fmt(acc)} |"
+                     f" {_fmt(row['change_same_clients'])} | {_fmt(worst)} |"
                      f" {_fmt(row['all_acc_mean'])} | {_fmt(row['attacker_weight'])} | {_fmt(row['attacker_share'])} |")
     return "\n".join(lines) + "\n", rows
-
-
-def _scalar_mean_last(run: Run, tag: str) -> float | None:
-    """The last value of ``tag`` (the final evaluation), or ``None``."""
-    events = EventAccumulator(str(run.log_dir), size_guidance={"scalars": 0})
-    events.Reload()
-    if tag not in events.Tags().get("scalars", []):
-        return None
-    return float(events.Scalars(tag)[-1].value)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -173,8 +201,8 @@ def main(argv: list[str] | None = None, launcher: Callable[[Run], float] = launc
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    cohort = yaml.safe_load((REPO / "configs" / METHODS[methods[0]]).read_text())["model"]["clients_per_round"]
-    table, rows = report(result, all_cells, cohort)
+    base = yaml.safe_load((REPO / "configs" / METHODS[methods[0]]).read_text())
+    table, rows = report(result, all_cells, base["model"]["clients_per_round"], base["data"]["init_args"]["num_clients"])
     text = (f"Honest clients' final test accuracy (mean [95% t interval] over {len(parse_seeds(args.seeds))} seeds);"
             f" robust rules assume f = ceil({F_FRACTION} K).\n\n{table}")
     (args.save_dir / "robust.md").write_text(text)
@@ -185,7 +213,8 @@ def main(argv: list[str] | None = None, launcher: Callable[[Run], float] = launc
 
 
 def _write_csv(rows: Sequence[dict], path: Path) -> None:
-    keys = ("honest_acc_mean", "honest_acc_worst20", "all_acc_mean", "attacker_weight", "attacker_share")
+    keys = ("honest_acc_mean", "change_same_clients", "honest_acc_worst20", "all_acc_mean", "attacker_weight",
+            "attacker_share")
     lines = ["method,attack,fraction,rule," + ",".join(f"{k},{k}_ci" for k in keys)]
     for row in rows:
         values = [f"{row[k].mean!r},{row[k].ci!r}" if row[k] is not None else "," for k in keys]
