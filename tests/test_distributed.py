@@ -20,7 +20,7 @@ import torch
 import yaml
 
 from tests.conftest import run_cli, tiny_config
-from tests.distributed.cases import CASES, run_case
+from tests.distributed.cases import COMPARED, run_case
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -54,8 +54,7 @@ def two_processes(tmp_path_factory) -> dict:
     return torch.load(out, weights_only=False)
 
 
-@pytest.mark.parametrize("engine", ["sequential", "vectorized"])
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize(("name", "engine"), COMPARED)
 def test_two_processes_train_the_single_process_model(two_processes, name: str, engine: str) -> None:
     torch.set_num_threads(1)
     one, two = run_case(name, engine), two_processes[f"{name}/{engine}"]

@@ -14,7 +14,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from tests.distributed.cases import CASES, run_case
+from tests.distributed.cases import COMPARED, run_case
 
 COUNTED = ("all_reduce", "all_gather", "all_gather_object", "broadcast", "broadcast_object_list", "barrier",
            "monitored_barrier", "reduce", "gather", "scatter", "reduce_scatter", "all_to_all")
@@ -34,9 +34,8 @@ def main(out: str) -> None:
         setattr(dist, name, _counting(getattr(dist, name)))
     torch.set_num_threads(1)
     results = {}
-    for name in CASES:
-        for engine in ("sequential", "vectorized"):
-            results[f"{name}/{engine}"] = run_case(name, engine, world_size=2)
+    for name, engine in COMPARED:
+        results[f"{name}/{engine}"] = run_case(name, engine, world_size=2)
     for epochs in (1, 3):
         before = calls["n"]
         run_case("FedAvg", "sequential", world_size=2, local_epochs=epochs)
