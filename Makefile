@@ -45,8 +45,8 @@ tensorboard: $(STAMP)
 ## core), TUNE=1 first selects every method's hyperparameters on the validation splits (docs/experiments.md;
 ## output in $(LOGS)/compare_$(DATA)_tuned). Finished runs are kept.
 compare: $(STAMP)
-	$(PY) -m lightning_fl.compare --save-dir $(LOGS)/compare_$(DATA)$(if $(TUNE_ON),_tuned) --data $(DATA) --seeds $(SEEDS) \
-		$(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(TUNE_ON),--tune) \
+	$(PY) -m lightning_fl.apps.compare --save-dir $(LOGS)/compare_$(DATA)$(if $(TUNE_ON),_tuned) --data $(DATA) \
+		--seeds $(SEEDS) $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(TUNE_ON),--tune) \
 		FedAvg=configs/fedavg_synthetic.yaml FedProx=configs/fedprox_synthetic.yaml \
 		q-FFL=configs/qffl_synthetic.yaml FedFa-mo=configs/fedfa_mo_synthetic.yaml FedFa=configs/fedfa_synthetic.yaml
 
@@ -61,7 +61,7 @@ robust: $(STAMP)
 ## tempo: Tempo against FedAdp with fixed 4, 6, 8 local epochs (three-layer; rounds and time to target) over SEEDS
 ## seeds, in $(LOGS)/tempo; ROUNDS, JOBS and TUNE=1 as for compare
 tempo: $(STAMP)
-	$(PY) -m lightning_fl.compare --save-dir $(LOGS)/tempo$(if $(TUNE_ON),_tuned) --seeds $(SEEDS) \
+	$(PY) -m lightning_fl.apps.compare --save-dir $(LOGS)/tempo$(if $(TUNE_ON),_tuned) --seeds $(SEEDS) \
 		$(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(TUNE_ON),--tune) \
 		Tempo=configs/tempo_synthetic.yaml FedAdp-E4=configs/fedadp_e4_hierarchy_synthetic.yaml \
 		FedAdp-E6=configs/fedadp_e6_hierarchy_synthetic.yaml FedAdp-E8=configs/fedadp_e8_hierarchy_synthetic.yaml
@@ -80,8 +80,8 @@ reproduce: $(STAMP)
 ## and mu=0 keeping their partial work, over SEEDS seeds (a count, default 3, or a list 0,1,2); mean and spread per
 ## round as a table and a figure in $(LOGS)/stragglers/FRACTION (finished runs are kept; about 5 minutes)
 stragglers: $(STAMP)
-	$(PY) -m lightning_fl.stragglers --save-dir $(LOGS)/stragglers/$(FRACTION) --seeds $(SEEDS) --fraction $(FRACTION) \
-		$(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(JOBS),--jobs $(JOBS))
+	$(PY) -m lightning_fl.apps.stragglers --save-dir $(LOGS)/stragglers/$(FRACTION) --seeds $(SEEDS) \
+		--fraction $(FRACTION) $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(JOBS),--jobs $(JOBS))
 
 ## bench: engine benchmark (naive Trainer-per-client, sequential, vectorized, centralized bound), scaling over
 ## processes (W = 1 vs 2, speed-up, exchange, peak memory per rank) and the robust aggregation rules' time beside

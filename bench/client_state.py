@@ -26,7 +26,7 @@ def _run_one(mode: str, args: argparse.Namespace, root: Path) -> None:
 
     from lightning_fl.callbacks import Scaffold
     from lightning_fl.datamodules import SyntheticDataModule
-    from lightning_fl.loop import FederatedLoop
+    from lightning_fl.simulation.loop import FederatedLoop
     from lightning_fl.models import MLP
 
     pl.seed_everything(0, verbose=False)

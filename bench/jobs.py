@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.datamodules.synthetic import SyntheticDataModule
 from lightning_fl.models import CNN28, LogisticRegression
 from lightning_fl.models.base import ClientModule
+from lightning_fl.state.data import FederatedData, offsets_from_sizes
 
 
 @dataclass

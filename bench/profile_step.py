@@ -26,7 +26,7 @@ from bench.jobs import build_jobs
 from bench.variants import CentralizedRunner, EngineRunner
 from lightning_fl.engines.base import num_local_steps
 from lightning_fl.engines.formulation import build_forward
-from lightning_fl.sampling import ClientSampler
+from lightning_fl.simulation.sampling import ClientSampler
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -32,7 +32,7 @@ from bench.jobs import Job, build_jobs
 from bench.memory import PeakMemory
 from bench.report import check_targets, format_table
 from bench.variants import CentralizedRunner, EngineRunner, NaiveRunner
-from lightning_fl.sampling import ClientSampler
+from lightning_fl.simulation.sampling import ClientSampler
 
 VARIANTS = ("naive", "sequential", "vectorized", "centralized")
 

@@ -36,10 +36,10 @@ def _worker(job_name: str, rounds: int, threads: str, out: Path) -> None:
     from pytorch_lightning.strategies import DDPStrategy
 
     from bench.jobs import build_jobs
-    from lightning_fl.callback import FederatedCallback
+    from lightning_fl.simulation.callback import FederatedCallback
     from lightning_fl.callbacks import FedAvg
-    from lightning_fl.datamodule import FederatedDataModule
-    from lightning_fl.loop import FederatedLoop
+    from lightning_fl.simulation.datamodule import FederatedDataModule
+    from lightning_fl.simulation.loop import FederatedLoop
 
     job = build_jobs()[job_name]
     world = int(os.environ.get("WORLD_SIZE", "1"))

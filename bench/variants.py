@@ -25,12 +25,12 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from bench.jobs import Job
 from lightning_fl.callbacks.fedavg import FedAvg
-from lightning_fl.data import FederatedData
-from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines import ClientHookSet, LocalTrainingPlan, SequentialEngine, VectorizedEngine
 from lightning_fl.engines.base import num_local_steps
-from lightning_fl.flat_state import FlatStateLayout
-from lightning_fl.round_logger import RoundLogger
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.state.client_state import ClientStateStore
+from lightning_fl.state.data import FederatedData
+from lightning_fl.state.flat_state import FlatStateLayout
 
 for _name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric"):
     logging.getLogger(_name).setLevel(logging.ERROR)

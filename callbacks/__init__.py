@@ -1,13 +1,13 @@
 """Federated callbacks: aggregation (one per run), client-side algorithms, metrics, progress.
 
-The base classes (:class:`~lightning_fl.callback.FederatedCallback`,
-:class:`~lightning_fl.callback.AggregationCallback`) are part of the core, :mod:`lightning_fl.callback`.
+The base classes (:class:`~lightning_fl.simulation.callback.FederatedCallback`,
+:class:`~lightning_fl.simulation.callback.AggregationCallback`) are part of the core,
+:mod:`lightning_fl.simulation.callback`.
 """
 
 if __name__ != "lightning_fl.callbacks":  # one import path per module (see pyproject.toml)
     raise ImportError(f"import this package as lightning_fl.callbacks, not {__name__}")
 
-from lightning_fl.default_callbacks import register_defaults
 from lightning_fl.callbacks.communication_cost import CommunicationCost
 from lightning_fl.callbacks.dwfed import DWFed
 from lightning_fl.callbacks.fairness_metrics import FairnessMetrics
@@ -30,6 +30,7 @@ from lightning_fl.callbacks.round_progress import RoundProgressBar
 from lightning_fl.callbacks.rounds_to_target import RoundsToTarget
 from lightning_fl.callbacks.scaffold import Scaffold
 from lightning_fl.callbacks.tempo import Tempo
+from lightning_fl.simulation.default_callbacks import register_defaults
 
 __all__ = [
     "IGFL",

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing_extensions import override
 
-from lightning_fl.callback import FederatedCallback
-from lightning_fl.federation import Federation
+from lightning_fl.faults.validation import check_non_negative, check_positive
 from lightning_fl.functional.system import transfer_seconds
-from lightning_fl.round_logger import RoundLogger
-from lightning_fl.round_result import RoundResult, RoundTraffic
-from lightning_fl.validation import check_non_negative, check_positive
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.callback import FederatedCallback
+from lightning_fl.simulation.federation import Federation
+from lightning_fl.simulation.round_result import RoundResult, RoundTraffic
 
 
 def estimate_round_seconds(traffic: RoundTraffic, client_link: tuple[float, float],

@@ -10,13 +10,13 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.aggregation.pipeline import Combination
-from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
-from lightning_fl.federation import Federation
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.functional.dwfed import ish_weights
 from lightning_fl.functional.label_stats import emd_to_population
-from lightning_fl.round_logger import RoundLogger
-from lightning_fl.validation import ConfigError
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.callback import AggregationCallback
+from lightning_fl.simulation.federation import Federation
 
 CLIENT_LR = "client_lr"
 

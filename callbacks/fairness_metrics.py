@@ -10,9 +10,9 @@ import torch
 from pytorch_lightning.utilities import rank_zero_info
 from typing_extensions import override
 
-from lightning_fl.callback import FederatedCallback
-from lightning_fl.evaluation import ClientEvaluation
-from lightning_fl.federation import Federation
+from lightning_fl.engines.evaluation import ClientEvaluation
+from lightning_fl.faults.validation import check_choice, check_positive
+from lightning_fl.faults.write_failures import writing
 from lightning_fl.functional.fairness import (
     FAIRNESS_KEYS,
     client_accuracies,
@@ -22,15 +22,15 @@ from lightning_fl.functional.fairness import (
 )
 from lightning_fl.reporting.client_accuracy import append_client_rows
 from lightning_fl.reporting.figures import accuracy_histogram_figure
+from lightning_fl.reporting.round_logger import RoundLogger
 from lightning_fl.reporting.tables import (
     LAST_ROUNDS_COLUMNS,
     fairness_csv,
     fairness_table,
     last_rounds_note,
 )
-from lightning_fl.round_logger import RoundLogger
-from lightning_fl.validation import check_choice, check_positive
-from lightning_fl.write_failures import writing
+from lightning_fl.simulation.callback import FederatedCallback
+from lightning_fl.simulation.federation import Federation
 
 #: Metrics averaged over the last 10% of rounds (IGFL's tables), logged as ``test/<key>_last10pct``.
 _LAST_ROUNDS_KEYS = ("acc_mean", "acc_pooled")

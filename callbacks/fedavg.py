@@ -6,12 +6,12 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.aggregation.pipeline import Combination
-from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
-from lightning_fl.federation import Federation
+from lightning_fl.faults.validation import check_choice
 from lightning_fl.functional.weights import WEIGHTINGS, fedavg_weights
-from lightning_fl.round_logger import RoundLogger
-from lightning_fl.validation import check_choice
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.callback import AggregationCallback
+from lightning_fl.simulation.federation import Federation
 
 
 class FedAvg(AggregationCallback):

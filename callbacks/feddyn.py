@@ -6,16 +6,16 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
-from lightning_fl.federation import Federation
+from lightning_fl.faults.validation import check_positive
 from lightning_fl.functional.feddyn import (
     feddyn_client_state,
     feddyn_local_term,
     feddyn_server_step,
 )
-from lightning_fl.round_logger import RoundLogger
-from lightning_fl.validation import check_positive
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.callback import AggregationCallback
+from lightning_fl.simulation.federation import Federation
 
 _CACHE_KEY = "feddyn/grad_k"
 

@@ -8,9 +8,14 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.aggregation.pipeline import Combination
-from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
-from lightning_fl.federation import Federation
+from lightning_fl.faults.validation import (
+    ConfigError,
+    check_choice,
+    check_non_negative,
+    check_positive,
+    check_range,
+)
 from lightning_fl.functional.fedfa import (
     MOMENTUM_FORMS,
     PERIOD_MODES,
@@ -18,14 +23,9 @@ from lightning_fl.functional.fedfa import (
     server_momentum_step,
 )
 from lightning_fl.reporting.figures import weights_figure
-from lightning_fl.round_logger import RoundLogger
-from lightning_fl.validation import (
-    ConfigError,
-    check_choice,
-    check_non_negative,
-    check_positive,
-    check_range,
-)
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.callback import AggregationCallback
+from lightning_fl.simulation.federation import Federation
 
 #: Where ``train_acc_k`` comes from (docs/algorithms.md, FedFa): the trained ``y_k`` on the full local training
 #: set (one extra forward pass), or the running accuracy of the final local epoch (free).

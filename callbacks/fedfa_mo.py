@@ -6,8 +6,8 @@ from lightning_fl.callbacks.fedfa import FedFa
 from torch import Tensor
 
 from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.faults.validation import check_choice
 from lightning_fl.functional.weights import WEIGHTINGS, fedavg_weights
-from lightning_fl.validation import check_choice
 
 
 class FedFaMo(FedFa):

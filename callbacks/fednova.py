@@ -8,13 +8,13 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.aggregation.pipeline import Combination
-from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
-from lightning_fl.federation import Federation
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.functional.fednova import fednova_normalizer, fednova_step, normalized_updates
 from lightning_fl.functional.weights import as_float_like, normalize_weights
-from lightning_fl.round_logger import RoundLogger
-from lightning_fl.validation import ConfigError
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.callback import AggregationCallback
+from lightning_fl.simulation.federation import Federation
 
 
 class FedNova(AggregationCallback):

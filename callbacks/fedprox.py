@@ -7,8 +7,8 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.engines.cohort import LocalTrainingContext
+from lightning_fl.faults.validation import check_non_negative
 from lightning_fl.functional.fedprox import proximal_term
-from lightning_fl.validation import check_non_negative
 
 
 class FedProx(FedAvg):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing_extensions import override
 
-from lightning_fl.callback import FederatedCallback
-from lightning_fl.evaluation import ClientEvaluation
-from lightning_fl.federation import Federation
-from lightning_fl.round_logger import RoundLogger
+from lightning_fl.engines.evaluation import ClientEvaluation
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.callback import FederatedCallback
+from lightning_fl.simulation.federation import Federation
 
 
 class GlobalTrainLoss(FederatedCallback):

@@ -12,9 +12,9 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
-from lightning_fl.federation import Federation
 from lightning_fl.functional.igfl import igfl_client_correction
-from lightning_fl.round_logger import RoundLogger
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.federation import Federation
 
 _CACHE_CONSTANT = "igfl/constant"
 

@@ -9,9 +9,8 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.aggregation.pipeline import Combination
-from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
-from lightning_fl.federation import Federation
+from lightning_fl.faults.validation import ConfigError, check_choice
 from lightning_fl.functional.igfl import (
     ATTENTION_MODES,
     SIMILARITIES,
@@ -19,8 +18,9 @@ from lightning_fl.functional.igfl import (
     igfl_attention_aggregate,
 )
 from lightning_fl.reporting.figures import attention_figure
-from lightning_fl.round_logger import RoundLogger
-from lightning_fl.validation import ConfigError, check_choice
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.callback import AggregationCallback
+from lightning_fl.simulation.federation import Federation
 
 
 class IGFLServer(IGFLState, AggregationCallback):

@@ -5,13 +5,13 @@ from __future__ import annotations
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.callback import FederatedCallback
-from lightning_fl.centralised import CentralisedSGD
-from lightning_fl.federation import Federation
+from lightning_fl.faults.validation import ConfigError, check_positive
 from lightning_fl.functional.dwfed import model_divergence
-from lightning_fl.round_logger import RoundLogger
-from lightning_fl.round_result import RoundResult
-from lightning_fl.validation import ConfigError, check_positive
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.callback import FederatedCallback
+from lightning_fl.simulation.centralised import CentralisedSGD
+from lightning_fl.simulation.federation import Federation
+from lightning_fl.simulation.round_result import RoundResult
 
 
 class ModelDivergence(FederatedCallback):

@@ -7,12 +7,12 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.aggregation.pipeline import Combination
-from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate
-from lightning_fl.federation import Federation
+from lightning_fl.faults.validation import ConfigError, check_non_negative
 from lightning_fl.functional.qffl import qffl_combination, qffl_step
-from lightning_fl.round_logger import RoundLogger
-from lightning_fl.validation import ConfigError, check_non_negative
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.callback import AggregationCallback
+from lightning_fl.simulation.federation import Federation
 
 
 class QFFL(AggregationCallback):

@@ -15,7 +15,7 @@ class RoundProgressBar(TQDMProgressBar):
     """One bar over all rounds of the run (``Rounds 37/200``) with the latest metrics as postfix.
 
     The stock bar would show a fresh ``1/1`` bar every epoch, because every epoch of a
-    :class:`~lightning_fl.loop.FederatedLoop` is one batch; per-evaluation bars are hidden for the
+    :class:`~lightning_fl.simulation.loop.FederatedLoop` is one batch; per-evaluation bars are hidden for the
     same reason (an evaluation of all clients is one step).
 
     Args:

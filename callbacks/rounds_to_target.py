@@ -12,10 +12,10 @@ import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_info
 from typing_extensions import override
 
-from lightning_fl.callback import FederatedCallback
-from lightning_fl.round_logger import RoundLogger
-from lightning_fl.validation import ConfigError, check_choice
-from lightning_fl.write_failures import writing
+from lightning_fl.faults.validation import ConfigError, check_choice
+from lightning_fl.faults.write_failures import writing
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.callback import FederatedCallback
 
 
 class RoundsToTarget(FederatedCallback):
@@ -44,7 +44,7 @@ class RoundsToTarget(FederatedCallback):
     Raises:
         ConfigError: If ``mode`` is not ``max`` or ``min``, ``target`` is not a finite number or is
             outside ``[0, 1]`` for an accuracy monitor, or (before round 1, see
-            :mod:`lightning_fl.run_checks`; else at the first evaluation) ``monitor`` is not a metric
+            :mod:`lightning_fl.simulation.run_checks`; else at the first evaluation) ``monitor`` is not a metric
             the run logs; each a single line naming the field.
 
     Example (YAML)::

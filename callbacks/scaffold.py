@@ -7,16 +7,16 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.aggregation.pipeline import Combination
-from lightning_fl.callback import AggregationCallback
 from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
-from lightning_fl.federation import Federation
+from lightning_fl.faults.validation import check_positive
 from lightning_fl.functional.scaffold import (
     scaffold_client_control,
     scaffold_correct_grad,
     scaffold_server_step,
 )
-from lightning_fl.round_logger import RoundLogger
-from lightning_fl.validation import check_positive
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.callback import AggregationCallback
+from lightning_fl.simulation.federation import Federation
 
 _CACHE_KEY = "scaffold"
 

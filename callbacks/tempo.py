@@ -8,12 +8,12 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.callback import FederatedCallback
-from lightning_fl.federation import Federation
+from lightning_fl.faults.validation import ConfigError, check_positive
 from lightning_fl.functional.tempo import institution_distances, tempo_local_epochs
-from lightning_fl.round_logger import RoundLogger
-from lightning_fl.round_result import RoundPlan, RoundResult
-from lightning_fl.validation import ConfigError, check_positive
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.callback import FederatedCallback
+from lightning_fl.simulation.federation import Federation
+from lightning_fl.simulation.round_result import RoundPlan, RoundResult
 
 
 class Tempo(FederatedCallback):
@@ -27,7 +27,7 @@ class Tempo(FederatedCallback):
     ``l_max == l_min``, any ``omega == 0`` or ``M == 1``, every institution gets ``c``.
     The first global iteration runs ``c`` epochs everywhere. Needs ``model.hierarchy``; logs
     ``tempo/epochs_m`` and ``tempo/distance_m`` per institution. The epochs are returned to the loop as a
-    :class:`~lightning_fl.round_result.RoundPlan` and kept in its checkpoint (hierarchy state), so a
+    :class:`~lightning_fl.simulation.round_result.RoundPlan` and kept in its checkpoint (hierarchy state), so a
     resumed run continues with the same schedule.
 
     Args:

@@ -17,14 +17,14 @@ from __future__ import annotations
 if __name__ != "lightning_fl.datamodules":  # one import path per module (see pyproject.toml)
     raise ImportError(f"import this package as lightning_fl.datamodules, not {__name__}")
 
-from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.datamodules.assemble import build_from_pooled
 from lightning_fl.datamodules.digits import DigitsDataModule
-from lightning_fl.data import FederatedData
 from lightning_fl.datamodules.pooled import PooledDataModule
 from lightning_fl.datamodules.split import split_train_test
 from lightning_fl.datamodules.synthetic import SyntheticDataModule, generate_synthetic
 from lightning_fl.datamodules.synthetic_pooled import PooledSyntheticDataModule, generate_synthetic_pool
+from lightning_fl.simulation.datamodule import FederatedDataModule
+from lightning_fl.state.data import FederatedData
 
 __all__ = [
     "DigitsDataModule",

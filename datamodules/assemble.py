@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.datamodules.split import split_train_test
-from lightning_fl.validation import ConfigError, check_test_fraction
+from lightning_fl.faults.validation import ConfigError, check_test_fraction
+from lightning_fl.state.data import FederatedData, offsets_from_sizes
 
 __all__ = ["build_from_pooled"]
 

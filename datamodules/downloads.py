@@ -2,7 +2,7 @@
 
 Every real-data datamodule reads its files from a ``data_dir`` (default ``data/``, filled by
 ``make data``). The helpers here give the three failure modes one-line messages that the CLI prints
-as ``error: ...`` (they are :class:`~lightning_fl.validation.ConfigError` s):
+as ``error: ...`` (they are :class:`~lightning_fl.faults.validation.ConfigError` s):
 
 * :class:`DataNotFoundError`: the files are missing; the message says where the loader looked and
   the command that fetches them.
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
 
 __all__ = [
     "FETCH_COMMAND",

@@ -25,7 +25,7 @@ from lightning_fl.datamodules.pooled import PooledDataModule
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.validation import ConfigError, check_positive
+from lightning_fl.faults.validation import ConfigError, check_positive
 
 __all__ = ["FEMNIST_A_TO_J", "FEMNISTLettersDataModule"]
 

@@ -23,12 +23,12 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundError, missing_message
-from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.datamodules.split import split_train_test
-from lightning_fl.seeding import generator_for
-from lightning_fl.validation import ConfigError, check_positive
+from lightning_fl.faults.validation import ConfigError, check_positive
+from lightning_fl.simulation.datamodule import FederatedDataModule
+from lightning_fl.state.data import FederatedData, offsets_from_sizes
+from lightning_fl.state.seeding import generator_for
 
 __all__ = ["LEAF_LETTERS", "LeafDataModule", "encode_text", "read_leaf_dir", "read_leaf_json"]
 

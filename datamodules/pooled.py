@@ -11,13 +11,13 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.datamodules.assemble import build_from_pooled
-from lightning_fl.data import FederatedData
 from lightning_fl.datamodules.partitions import IID, Partition
 from lightning_fl.datamodules.partitions.base import not_a_partition
-from lightning_fl.seeding import generator_for
-from lightning_fl.validation import ConfigError, check_positive
+from lightning_fl.faults.validation import ConfigError, check_positive
+from lightning_fl.simulation.datamodule import FederatedDataModule
+from lightning_fl.state.data import FederatedData
+from lightning_fl.state.seeding import generator_for
 
 __all__ = ["PooledDataModule"]
 

@@ -34,13 +34,13 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 from typing_extensions import override
 
-from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.datamodules.assemble import build_from_pooled
 from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundError, FileSpec, missing_message, verify_file
-from lightning_fl.data import FederatedData
 from lightning_fl.datamodules.leaf import LEAF_LETTERS, encode_text
-from lightning_fl.seeding import generator_for
-from lightning_fl.validation import ConfigError, check_positive
+from lightning_fl.faults.validation import ConfigError, check_positive
+from lightning_fl.simulation.datamodule import FederatedDataModule
+from lightning_fl.state.data import FederatedData
+from lightning_fl.state.seeding import generator_for
 
 __all__ = [
     "SEQ_LEN",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lightning_fl.validation import check_test_fraction
+from lightning_fl.faults.validation import check_test_fraction
 
 __all__ = ["split_train_test"]
 

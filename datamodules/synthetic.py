@@ -27,11 +27,11 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.datamodules.assemble import build_from_pooled
-from lightning_fl.data import FederatedData, offsets_from_sizes
-from lightning_fl.seeding import generator_for
-from lightning_fl.validation import check_choice, check_non_negative, check_positive
+from lightning_fl.faults.validation import check_choice, check_non_negative, check_positive
+from lightning_fl.simulation.datamodule import FederatedDataModule
+from lightning_fl.state.data import FederatedData, offsets_from_sizes
+from lightning_fl.state.seeding import generator_for
 
 __all__ = ["SYNTHETIC_VARIANTS", "SyntheticDataModule", "generate_synthetic"]
 

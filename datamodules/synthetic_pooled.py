@@ -9,7 +9,7 @@ from typing_extensions import override
 
 from lightning_fl.datamodules.partitions import Dirichlet, Partition
 from lightning_fl.datamodules.pooled import PooledDataModule
-from lightning_fl.validation import ConfigError, check_positive
+from lightning_fl.faults.validation import ConfigError, check_positive
 
 
 def generate_synthetic_pool(num_samples: int, num_features: int = 60, num_classes: int = 10,

@@ -25,11 +25,11 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.datamodules.largest_remainder import largest_remainder
 from lightning_fl.datamodules.pooled import PooledDataModule
-from lightning_fl.seeding import generator_for
-from lightning_fl.validation import ConfigError, check_choice
+from lightning_fl.faults.validation import ConfigError, check_choice
+from lightning_fl.state.data import FederatedData, offsets_from_sizes
+from lightning_fl.state.seeding import generator_for
 
 __all__ = ["TEST_SETS", "TrainTestPoolDataModule", "deal_by_label", "stratified_subsample"]
 

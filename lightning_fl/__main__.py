@@ -1,4 +1,4 @@
-from lightning_fl.cli import main
+from lightning_fl.apps.cli import main
 
 if __name__ == "__main__":
     main()

@@ -14,11 +14,11 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from lightning_fl.callback import FederatedCallback
-from lightning_fl.checkpoint_io import AtomicCheckpointIO
 from lightning_fl.engines.cohort import LocalTrainingContext
-from lightning_fl.federation import Federation
-from lightning_fl.round_logger import RoundLogger
+from lightning_fl.faults.checkpoint_io import AtomicCheckpointIO
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.callback import FederatedCallback
+from lightning_fl.simulation.federation import Federation
 
 
 class SlowRounds(FederatedCallback):

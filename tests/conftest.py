@@ -10,8 +10,8 @@ import pytest
 import torch
 import yaml
 
-from lightning_fl.cli import main
-from lightning_fl.seeding import derive_seed
+from lightning_fl.apps.cli import main
+from lightning_fl.state.seeding import derive_seed
 
 torch.set_num_threads(1)  # deterministic and fast on CI's 2 cores
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_fl.client_rows import DiskRows, MemoryRows
-from lightning_fl.client_table import ClientTable
-from lightning_fl.validation import ClientStateError
+from lightning_fl.faults.validation import ClientStateError
+from lightning_fl.state.client_rows import DiskRows, MemoryRows
+from lightning_fl.state.client_table import ClientTable
 from tests.callbacks.helpers import CHECKPOINT, load_last, version_dir
 from tests.conftest import run_cli
 

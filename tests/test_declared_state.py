@@ -7,7 +7,7 @@ import io
 import pytest
 import torch
 
-from lightning_fl.callback import FederatedCallback
+from lightning_fl.simulation.callback import FederatedCallback
 
 
 class _Algo(FederatedCallback):

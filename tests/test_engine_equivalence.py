@@ -21,8 +21,8 @@ from lightning_fl.callbacks import IGFL, FedAvg, FedDyn, FedProx, IGFLClient, Sc
 from lightning_fl.datamodules import SyntheticDataModule
 
 from lightning_fl.engines.base import num_local_steps
-from lightning_fl.loop import FederatedLoop
 from lightning_fl.models import MLP, LogisticRegression
+from lightning_fl.simulation.loop import FederatedLoop
 
 CLIENT_SIDE_CALLBACKS = [FedAvg(), FedProx(mu=0.1), Scaffold(), IGFLClient(), IGFL(attention="time"), FedDyn(alpha=0.1)]
 

@@ -14,9 +14,9 @@ from torch import Tensor
 
 from lightning_fl.engines.batched import VmapForward
 from lightning_fl.engines.cohort_accuracy import prefix_correct
-from lightning_fl.loop import FederatedLoop
 from lightning_fl.models import LogisticRegression
-from lightning_fl.system import SystemHeterogeneity
+from lightning_fl.simulation.loop import FederatedLoop
+from lightning_fl.simulation.system import SystemHeterogeneity
 
 
 class RecordingFedFa(FedFa):

@@ -1,7 +1,7 @@
 import torch
 from torch import nn
 
-from lightning_fl.flat_state import FlatStateLayout
+from lightning_fl.state.flat_state import FlatStateLayout
 
 
 def test_flatten_roundtrip_keeps_integer_buffers_out():

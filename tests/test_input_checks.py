@@ -10,9 +10,9 @@ import torch
 
 import lightning_fl.callbacks as callbacks
 from lightning_fl.callbacks import CommunicationCost, FairnessMetrics, GlobalTrainLoss, RoundsToTarget
-from lightning_fl.run_checks import check_finite_inputs, check_precision
-from lightning_fl.run_checks import check_monitors, check_setup, logged_scalars
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
+from lightning_fl.simulation.run_checks import check_finite_inputs, check_precision
+from lightning_fl.simulation.run_checks import check_monitors, check_setup, logged_scalars
 from tests.callbacks.helpers import events
 from tests.conftest import run_cli
 
@@ -85,7 +85,7 @@ def test_monitors_of_callbacks_from_elsewhere_are_not_second_guessed() -> None:
 @pytest.mark.parametrize("aggregation", ["FedAvgM", "FedAdam", "Scaffold", "QFFL", "FedNova", "FedDyn", "FedAdp",
                                          "FedFaMo"])
 def test_every_scalar_a_run_logs_is_declared(tiny, tmp_path, aggregation) -> None:
-    # The monitor check (lightning_fl/run_checks.py) trusts the callbacks' logged_scalars: they must cover
+    # The monitor check (lightning_fl/simulation/run_checks.py) trusts the callbacks' logged_scalars: they must cover
     # every scalar that reaches TensorBoard, or a valid monitor would be refused.
     names = ["FairnessMetrics", "CommunicationCost", "GlobalTrainLoss"]
     config = tiny(**{"trainer.max_epochs": 1,

@@ -1,4 +1,4 @@
-"""Package structure: one import path per module, every package installed."""
+"""Package structure: one import path per module, every package installed, imports flow one way between packages."""
 
 from __future__ import annotations
 
@@ -60,8 +60,30 @@ def test_user_modules_named_callbacks_or_datamodules_do_not_break_the_cli(tmp_pa
 
 
 # ----------------------------------------------------------------------------------------- layering
-#: Modules above everything else: they assemble core, algorithms and data into commands.
-APP = {"lightning_fl.cli", "lightning_fl.compare", "lightning_fl.__main__"}
+#: Every package and the packages it may import besides itself, lowest first (docs/architecture.md, Layers).
+#: The core is lightning_fl: its base, the parts built on the base, the simulation that assembles them,
+#: the experiments run with it and the apps on top. The algorithms (callbacks) and the data sets
+#: (datamodules) import the core up to the simulation and never each other; only the apps import them.
+BASE = {"faults", "state", "functional"}
+PARTS = BASE | {"models", "engines", "reporting", "aggregation"}
+SIMULATION = PARTS | {"simulation"}
+ALLOWED: dict[str, set[str]] = {
+    "faults": set(),                                             # errors, failed writes, checkpoints
+    "state": {"faults"},                                         # client data, seeds, per-client rows
+    "functional": {"faults", "state"},                           # the algorithms' pure functions
+    "models": BASE,                                              # client models
+    "engines": BASE | {"models"},                                # local training, batched evaluation
+    "reporting": BASE,                                           # the round logger, figures, tables
+    "aggregation": BASE | {"models", "engines", "reporting"},    # the aggregation pipeline's stages
+    "simulation": PARTS,                                         # the loop, rounds, federation, ...
+    "experiments": SIMULATION,                                   # configs x seeds in processes
+    "reproduce": SIMULATION | {"experiments"},                   # the seed papers' experiments
+    "callbacks": SIMULATION,                                     # lightning_fl.callbacks: algorithms
+    "datamodules": SIMULATION,                                   # lightning_fl.datamodules: data sets
+    "apps": SIMULATION | {"experiments", "reproduce", "callbacks", "datamodules"},  # commands
+}
+#: The modules of lightning_fl/ itself: the (empty) namespace package and ``python -m lightning_fl``.
+ROOT = {"lightning_fl": "apps", "lightning_fl.__main__": "apps"}
 
 
 def _module_files() -> dict[str, Path]:
@@ -84,25 +106,22 @@ def _imports(name: str, file: Path, known: set[str]) -> set[str]:
             base = node.module or ""
             if node.level:
                 base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            # ``from lightning_fl import x`` imports the submodule x; the empty root package counts for nothing
+            targets = ([base] if base != "lightning_fl" else []) + [f"{base}.{alias.name}" for alias in node.names]
         else:
             continue
         found.update(t for t in targets if t in known and t != name)
     return found
 
 
-def _layer(module: str) -> str:
-    if module in APP:
-        return "app"
+def _package(module: str) -> str:
+    """The package of ALLOWED that ``module`` belongs to (a module of lightning_fl/ itself: its own name)."""
+    if module in ROOT:
+        return ROOT[module]
     for folder, namespace in MAPPED.items():
         if module == namespace or module.startswith(namespace + "."):
             return folder
-    return "core"
-
-
-#: Which layers each layer may import: core <- algorithms (callbacks), core <- data (datamodules).
-ALLOWED = {"core": {"core"}, "callbacks": {"core", "callbacks"}, "datamodules": {"core", "datamodules"},
-           "app": {"core", "callbacks", "datamodules", "app"}}
+    return module.split(".")[1]
 
 
 def _graph() -> dict[str, set[str]]:
@@ -110,9 +129,31 @@ def _graph() -> dict[str, set[str]]:
     return {name: _imports(name, file, set(files)) for name, file in files.items()}
 
 
+def test_every_module_is_in_a_layer() -> None:
+    # No flat modules in lightning_fl/: a module belongs to a package of the table, or the table grows a row.
+    strays = sorted(m for m in _module_files() if _package(m) not in ALLOWED)
+    assert not strays, "modules outside every package of ALLOWED: " + ", ".join(strays)
+
+
+def test_packages_are_ordered_one_way() -> None:
+    # The table itself has no circle: no package may import one that may import it, even through others.
+    def reachable(package: str) -> set[str]:
+        seen, todo = set(), [package]
+        while todo:
+            for nxt in ALLOWED[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        return seen
+
+    assert all(set(ALLOWED[p]) <= set(ALLOWED) for p in ALLOWED)
+    circular = sorted(p for p in ALLOWED if p in reachable(p))
+    assert not circular, f"packages that may import themselves through others: {circular}"
+
+
 def test_imports_flow_one_way() -> None:
-    wrong = sorted(f"{a} ({_layer(a)}) imports {b} ({_layer(b)})" for a, targets in _graph().items()
-                   for b in targets if _layer(b) not in ALLOWED[_layer(a)])
+    wrong = sorted(f"{a} ({_package(a)}) imports {b} ({_package(b)})" for a, targets in _graph().items()
+                   for b in targets
+                   if _package(b) != _package(a) and _package(b) not in ALLOWED.get(_package(a), set()))
     assert not wrong, "\n".join(wrong)
 
 

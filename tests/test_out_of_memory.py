@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_fl.checkpoint_io import AtomicCheckpointIO
-from lightning_fl.out_of_memory import KNOBS, explain_out_of_memory, memory_failure
+from lightning_fl.faults.checkpoint_io import AtomicCheckpointIO
+from lightning_fl.simulation.out_of_memory import KNOBS, explain_out_of_memory, memory_failure
 from tests.conftest import ROUND_CHECKPOINT, run_cli
 
 CPU_MESSAGE = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried"

@@ -11,9 +11,9 @@ import torch
 from lightning_fl.callbacks import FedAvg, FedProx, Scaffold
 from lightning_fl.datamodules import SyntheticDataModule
 
-from lightning_fl.loop import FederatedLoop
 from lightning_fl.models import LogisticRegression
-from lightning_fl.system import SystemHeterogeneity
+from lightning_fl.simulation.loop import FederatedLoop
+from lightning_fl.simulation.system import SystemHeterogeneity
 from tests.conftest import reference_epoch_order
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_fl.resume_check import changed_fields
+from lightning_fl.simulation.resume_check import changed_fields
 from tests.callbacks.helpers import events, version_dir
 from tests.conftest import run_cli
 

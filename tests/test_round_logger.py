@@ -13,7 +13,7 @@ from PIL import Image
 from pytorch_lightning.loggers import MLFlowLogger, WandbLogger
 
 from lightning_fl.reporting.figures import weights_figure
-from lightning_fl.round_logger import RoundLogger, RunOutputs, TagKindError, tag_path
+from lightning_fl.reporting.round_logger import RoundLogger, RunOutputs, TagKindError, tag_path
 from tests.callbacks.helpers import CHECKPOINT, version_dir
 from tests.conftest import run_cli
 

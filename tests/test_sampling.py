@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from lightning_fl.client_state import ClientStateStore
-from lightning_fl.sampling import ClientSampler
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
+from lightning_fl.simulation.sampling import ClientSampler
+from lightning_fl.state.client_state import ClientStateStore
 
 
 def test_uniform_sampling_is_without_replacement_and_reproducible():

@@ -10,12 +10,12 @@ import torch.nn.functional as F
 from lightning_fl.callbacks.fedavg import FedAvg
 from lightning_fl.callbacks.fedprox import FedProx
 
-from lightning_fl.client_state import ClientStateStore
-from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.engines import ClientHookSet, LocalTrainingPlan, SequentialEngine
-from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.models import LogisticRegression
-from lightning_fl.round_logger import RoundLogger
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.state.client_state import ClientStateStore
+from lightning_fl.state.data import FederatedData, offsets_from_sizes
+from lightning_fl.state.flat_state import FlatStateLayout
 from tests.conftest import reference_epoch_order
 
 

@@ -1,7 +1,7 @@
 """Every shipped config trains to bitwise the same global weights after 3 rounds as before the aggregation work.
 
 The digests were recorded on main at ec039e6 (before the composable-aggregation pipeline), with
-``lightning_fl.state_digest.state_digest`` of ``last.ckpt``'s ``state_dict`` after
+``lightning_fl.faults.state_digest.state_digest`` of ``last.ckpt``'s ``state_dict`` after
 ``--trainer.max_epochs 3``; the experiment configs (real data) ran with the tiny recipe of
 ``tests/datamodules/test_real_configs.py`` (2 clients per round, 1 local epoch). A refactor of the
 aggregation that changes any of them changes what users get from their configs.
@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from lightning_fl.state_digest import state_digest
+from lightning_fl.faults.state_digest import state_digest
 from tests.conftest import run_cli, skip_without_data
 from tests.datamodules.test_real_configs import TINY, data_present
 

@@ -17,8 +17,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from lightning_fl.callback import FederatedCallback
-from lightning_fl.client_table import ClientTable
+from lightning_fl.simulation.callback import FederatedCallback
+from lightning_fl.state.client_table import ClientTable
 from tests.callbacks.helpers import CHECKPOINT, run_4_and_2_plus_2, version_dir
 
 HIERARCHY = {"model.hierarchy": {"num_institutions": 2, "local_rounds": 2}}

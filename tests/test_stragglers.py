@@ -10,8 +10,8 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from lightning_fl import stragglers
-from lightning_fl.stragglers import Run, aggregate, launch, markdown_table, parse_seeds, tail_means
+from lightning_fl.apps import stragglers
+from lightning_fl.apps.stragglers import Run, aggregate, launch, markdown_table, parse_seeds, tail_means
 from tests.conftest import run_cli
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "stragglers"

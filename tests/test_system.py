@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_fl.sampling import ClientSampler
-from lightning_fl.system import SystemHeterogeneity
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
+from lightning_fl.simulation.sampling import ClientSampler
+from lightning_fl.simulation.system import SystemHeterogeneity
 
 
 def _speeds(tmp_path: Path, speeds: list[float]) -> str:

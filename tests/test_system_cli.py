@@ -8,7 +8,7 @@ import pytest
 import torch
 from lightning_fl.datamodules import SyntheticDataModule
 
-from lightning_fl.sampling import ClientSampler
+from lightning_fl.simulation.sampling import ClientSampler
 from tests.callbacks.helpers import events
 from tests.conftest import run_cli
 

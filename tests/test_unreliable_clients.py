@@ -13,13 +13,13 @@ from lightning_fl.datamodules import SyntheticDataModule
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.callback import FederatedCallback
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.engines.hooks import ClientHooks
-from lightning_fl.loop import FederatedLoop
+from lightning_fl.faults.validation import DivergenceError
 from lightning_fl.models import LogisticRegression
-from lightning_fl.system import SystemHeterogeneity
-from lightning_fl.validation import DivergenceError
+from lightning_fl.simulation.callback import FederatedCallback
+from lightning_fl.simulation.loop import FederatedLoop
+from lightning_fl.simulation.system import SystemHeterogeneity
 
 SYSTEM = {"dropout": 0.3, "speed_mean": 3.0, "speed_sigma": 1.0, "deadline": 3.0, "stragglers": "partial",
           "over_selection": 0.5}

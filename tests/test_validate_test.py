@@ -8,8 +8,8 @@ import torch
 from lightning_fl.callbacks import FedFa
 from lightning_fl.datamodules import SyntheticDataModule
 
-from lightning_fl.loop import FederatedLoop
 from lightning_fl.models import LogisticRegression
+from lightning_fl.simulation.loop import FederatedLoop
 from tests.callbacks.helpers import version_dir
 from tests.conftest import run_cli
 

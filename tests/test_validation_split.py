@@ -10,12 +10,12 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from lightning_fl.data import FederatedData, offsets_from_sizes, split_validation, validation_size
-from lightning_fl.datamodule import FederatedDataModule
 from lightning_fl.datamodules import PooledDataModule, SyntheticDataModule, build_from_pooled, generate_synthetic
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.models import LogisticRegression
-from lightning_fl.seeding import generator_for
-from lightning_fl.validation import ConfigError
+from lightning_fl.simulation.datamodule import FederatedDataModule
+from lightning_fl.state.data import FederatedData, offsets_from_sizes, split_validation, validation_size
+from lightning_fl.state.seeding import generator_for
 from tests.conftest import run_cli
 
 TINY_DATA = {"variant": "1_1", "num_clients": 6, "max_samples_per_client": 80}

@@ -9,8 +9,6 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_fl.client_state import ClientStateStore
-from lightning_fl.data import FederatedData, offsets_from_sizes
 from lightning_fl.engines import (
     ClientHooks,
     ClientHookSet,
@@ -22,9 +20,11 @@ from lightning_fl.engines import (
 from lightning_fl.engines.formulation import build_forward
 from lightning_fl.engines.optimizers import ELEMENT_WISE_OPTIMIZERS
 from lightning_fl.engines.schedule import build_schedule
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.models import CNN28, MLP, LogisticRegression
 from lightning_fl.models.base import ClientModule
-from lightning_fl.validation import ConfigError
+from lightning_fl.state.client_state import ClientStateStore
+from lightning_fl.state.data import FederatedData, offsets_from_sizes
 
 SIZES = (23, 7, 4, 15, 9)  # B = 5, E = 2: tau_k = 10, 4, 2, 6, 4
 

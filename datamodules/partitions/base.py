@@ -1,7 +1,7 @@
 """The :class:`Partition` contract and the checks every partition shares (docs/algorithms.md, Data).
 
 A partition is a small configuration object: its ``__init__`` checks the options that need no data
-(one-line :class:`~lightning_fl.validation.ConfigError` naming ``partition.<option>``), and
+(one-line :class:`~lightning_fl.faults.validation.ConfigError` naming ``partition.<option>``), and
 :meth:`Partition.validate` checks the rest against the labels and the number of clients, before
 anything is drawn. Calling the object draws the split.
 """
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
 
 __all__ = ["FIELD", "Partition", "as_labels", "check_min_size", "check_num_clients", "choices", "not_a_partition"]
 

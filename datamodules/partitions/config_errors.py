@@ -4,7 +4,7 @@ A partition in YAML is ``{class_path: ..., init_args: {...}}``. jsonargparse che
 and the option names while parsing, before any of our code runs, and reports a mistake as a
 multi-line account of every type it tried. :func:`partition_config_error` turns that report into the
 one-line message the rest of the configuration gives (``error: partition.alpha is required for
-Dirichlet``); :class:`lightning_fl.cli.FederatedCLI` raises it as a ``ConfigError``.
+Dirichlet``); :class:`lightning_fl.apps.cli.FederatedCLI` raises it as a ``ConfigError``.
 """
 
 from __future__ import annotations

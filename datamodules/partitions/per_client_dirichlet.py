@@ -16,8 +16,8 @@ from lightning_fl.datamodules.partitions.base import FIELD, Partition, as_labels
 from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 
-from lightning_fl.seeding import derive_seed
-from lightning_fl.validation import ConfigError, check_choice, check_positive
+from lightning_fl.faults.validation import ConfigError, check_choice, check_positive
+from lightning_fl.state.seeding import derive_seed
 
 __all__ = ["PRIORS", "PerClientDirichlet", "allocate_counts"]
 

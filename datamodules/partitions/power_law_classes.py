@@ -26,13 +26,13 @@ from lightning_fl.datamodules.partitions.owners import groups_by_owner
 from lightning_fl.datamodules.partitions.quantity import QUANTITY_DISTRIBUTIONS
 from torch import Tensor
 
-from lightning_fl.seeding import derive_seed
-from lightning_fl.validation import (
+from lightning_fl.faults.validation import (
     ConfigError,
     check_choice,
     check_positive,
     check_range,
 )
+from lightning_fl.state.seeding import derive_seed
 
 __all__ = ["PowerLawClasses"]
 

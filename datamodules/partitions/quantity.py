@@ -9,7 +9,7 @@ from torch import Tensor
 from lightning_fl.datamodules.largest_remainder import largest_remainder
 from lightning_fl.datamodules.partitions.base import FIELD, Partition, check_min_size
 from lightning_fl.datamodules.partitions.numpy_rng import numpy_rng
-from lightning_fl.validation import check_choice, check_positive
+from lightning_fl.faults.validation import check_choice, check_positive
 
 __all__ = ["QUANTITY_DISTRIBUTIONS", "Quantity"]
 

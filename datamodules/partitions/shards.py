@@ -9,7 +9,7 @@ from torch import Tensor
 from lightning_fl.datamodules.partitions.base import FIELD, Partition, as_labels
 from lightning_fl.datamodules.partitions.numpy_rng import numpy_rng
 from lightning_fl.datamodules.partitions.owners import groups_by_owner
-from lightning_fl.validation import ConfigError, check_positive, check_range
+from lightning_fl.faults.validation import ConfigError, check_positive, check_range
 
 __all__ = ["Shards"]
 

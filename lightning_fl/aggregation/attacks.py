@@ -15,10 +15,10 @@ import torch
 from torch import Tensor
 
 from lightning_fl.aggregation.stage import PipelineStage, StageContext
-from lightning_fl.data import FederatedData
+from lightning_fl.faults.validation import ConfigError, check_choice, check_non_negative, check_positive
 from lightning_fl.functional.attacks import ALIE_Z_OPTIONS, alie, alie_z, byzantine_clients, flip_labels, \
     gaussian_rows, ipm, scale, sign_flip
-from lightning_fl.validation import ConfigError, check_choice, check_non_negative, check_positive
+from lightning_fl.state.data import FederatedData
 
 #: Where omniscient attackers take their statistics: the honest members' rows, or their own honest updates.
 KNOWLEDGE = ("honest", "own")

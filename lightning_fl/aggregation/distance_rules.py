@@ -12,8 +12,8 @@ from torch import Tensor
 
 from lightning_fl.aggregation.rules import CombiningRule
 from lightning_fl.aggregation.stage import StageContext
+from lightning_fl.faults.validation import check_choice, check_positive
 from lightning_fl.functional.robust_distance import DISTANCES, NEIGHBOURS, bulyan, krum, multi_krum
-from lightning_fl.validation import check_choice, check_positive
 
 
 def _check_distance(distance: str) -> None:

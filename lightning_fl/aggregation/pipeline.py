@@ -25,10 +25,10 @@ from lightning_fl.aggregation.server_optimizers import ServerOptimizer
 from lightning_fl.aggregation.stage import PipelineStage, StageContext
 from lightning_fl.aggregation.transforms import UpdateTransform
 from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.functional.attacks import attack_masks
 from lightning_fl.functional.robust import RULES, effective_f, meets_requirement
-from lightning_fl.init_args import RecordsInitArgs, describe
-from lightning_fl.validation import ConfigError
+from lightning_fl.state.init_args import RecordsInitArgs, describe
 
 
 @dataclass

@@ -11,10 +11,10 @@ import torch
 from torch import Tensor
 
 from lightning_fl.aggregation.stage import PipelineStage, StageContext
+from lightning_fl.faults.validation import check_choice, check_positive
 from lightning_fl.functional.robust import bucketing
 from lightning_fl.functional.robust_distance import DISTANCES, nearest_neighbour_mixing
-from lightning_fl.seeding import generator_for
-from lightning_fl.validation import check_choice, check_positive
+from lightning_fl.state.seeding import generator_for
 
 
 class PreAggregator(PipelineStage):

@@ -13,9 +13,9 @@ import torch
 from torch import Tensor
 
 from lightning_fl.aggregation.stage import PipelineStage, StageContext
+from lightning_fl.faults.validation import ConfigError, check_choice, check_non_negative, check_positive
 from lightning_fl.functional.robust import centered_clipping, coordinate_median, geometric_median, trimmed_mean
 from lightning_fl.functional.weights import weighted_average
-from lightning_fl.validation import ConfigError, check_choice, check_non_negative, check_positive
 
 #: ``rfa_init`` values of :class:`GeometricMedian`: RFA's weighted mean, or ByzFL's zero vector.
 RFA_INITS = ("mean", "zero")

@@ -15,9 +15,9 @@ import torch
 from torch import Tensor
 
 from lightning_fl.aggregation.stage import PipelineStage
+from lightning_fl.faults.validation import check_positive, check_range
 from lightning_fl.functional.server_optimizers import adaptive_server_step, fedavgm_step
-from lightning_fl.round_logger import RoundLogger
-from lightning_fl.validation import check_positive, check_range
+from lightning_fl.reporting.round_logger import RoundLogger
 
 
 def _on(value: Tensor | None, like: Tensor) -> Tensor | None:

@@ -1,7 +1,7 @@
 """What every stage of the aggregation pipeline is and sees (docs/architecture.md, Aggregation pipeline).
 
 A stage is a small class over pure functions of :mod:`lightning_fl.functional`, with its state
-declared up front (:class:`~lightning_fl.declared_state.DeclaredState`), so checkpoints save and
+declared up front (:class:`~lightning_fl.state.declared_state.DeclaredState`), so checkpoints save and
 restore it with no code in the stage. The pipeline (:mod:`lightning_fl.aggregation.pipeline`) calls
 the stages in a fixed order on the stacked update rows of the cohort, identically on every process.
 """
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from lightning_fl.declared_state import DeclaredState
-from lightning_fl.init_args import RecordsInitArgs, describe
-from lightning_fl.round_logger import RoundLogger
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.state.declared_state import DeclaredState
+from lightning_fl.state.init_args import RecordsInitArgs, describe
 
 
 @dataclass

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from lightning_fl.aggregation.stage import PipelineStage, StageContext
-from lightning_fl.validation import check_positive
+from lightning_fl.faults.validation import check_positive
 
 
 class UpdateTransform(PipelineStage):

@@ -11,8 +11,8 @@ from lightning_fl.engines.hooks import ClientHooks, ClientHookSet
 from lightning_fl.engines.selection import choose_engine, vectorization_problem
 from lightning_fl.engines.sequential import SequentialEngine
 from lightning_fl.engines.vectorized import VectorizedEngine
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.models.base import ClientModule
-from lightning_fl.validation import ConfigError
 
 ENGINES: dict[str, type[ClientEngine]] = {"sequential": SequentialEngine, "vectorized": VectorizedEngine}
 ENGINE_CHOICES = ("auto", *ENGINES)

@@ -11,15 +11,15 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from lightning_fl.client_state import ClientStateStore
-from lightning_fl.data import FederatedData
 from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
+from lightning_fl.engines.evaluation import client_train_losses, trained_accuracies
 from lightning_fl.engines.hooks import ClientHookSet
-from lightning_fl.evaluation import client_train_losses, trained_accuracies
-from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.functional.system import samples_seen
 from lightning_fl.models.base import ClientModule
-from lightning_fl.seeding import generator_for
+from lightning_fl.state.client_state import ClientStateStore
+from lightning_fl.state.data import FederatedData
+from lightning_fl.state.flat_state import FlatStateLayout
+from lightning_fl.state.seeding import generator_for
 
 
 @dataclass

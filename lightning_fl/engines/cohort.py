@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.functional.weights import weighted_average
+from lightning_fl.state.flat_state import FlatStateLayout
 
 
 @dataclass

@@ -16,9 +16,9 @@ import torch
 from torch import Tensor
 
 from lightning_fl.engines.batched import CohortForward
-from lightning_fl.flat_state import FlatStateLayout
+from lightning_fl.state.flat_state import FlatStateLayout
 
-#: Samples (over all clients of a pass) per forward pass, as in lightning_fl.evaluation.
+#: Samples (over all clients of a pass) per forward pass, as in lightning_fl.engines.evaluation.
 ROWS_PER_PASS = 4096
 
 

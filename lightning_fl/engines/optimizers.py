@@ -8,7 +8,7 @@ step count, which all stepping clients share). Optimizers that look at whole ten
 factorisations, line searches) would mix clients and are refused.
 
 The module also converts optimizer state between the stacked layout and the per-client
-``state_dict`` the sequential engine stores in :class:`~lightning_fl.client_state.ClientStateStore`
+``state_dict`` the sequential engine stores in :class:`~lightning_fl.state.client_state.ClientStateStore`
 (``keep_client_optimizer_state``), so both engines read and write the same format.
 """
 

@@ -9,14 +9,14 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.client_state import ClientStateStore
-from lightning_fl.data import FederatedData
 from lightning_fl.engines.base import ClientEngine, epoch_permutation
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.engines.local_step import LocalStep, LossTerm, StepTarget
 from lightning_fl.models.base import ClientModule
-from lightning_fl.seeding import derive_seed
+from lightning_fl.state.client_state import ClientStateStore
+from lightning_fl.state.data import FederatedData
+from lightning_fl.state.seeding import derive_seed
 
 
 class SequentialEngine(ClientEngine):

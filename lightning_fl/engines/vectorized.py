@@ -27,8 +27,6 @@ from torch.func import vmap
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_fl.client_state import ClientStateStore
-from lightning_fl.data import FederatedData
 from lightning_fl.engines.base import ClientEngine, LocalTrainingPlan, final_epoch_samples
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.engines.cohort_accuracy import cohort_accuracies
@@ -50,8 +48,10 @@ from lightning_fl.engines.staging import (
     StagedBatches,
     per_sample_cross_entropy,
 )
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.models.base import ClientModule
-from lightning_fl.validation import ConfigError
+from lightning_fl.state.client_state import ClientStateStore
+from lightning_fl.state.data import FederatedData
 
 _AUTOCAST = {"bf16-mixed": torch.bfloat16, "bf16": torch.bfloat16, "16-mixed": torch.float16, "16": torch.float16}
 

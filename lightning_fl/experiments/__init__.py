@@ -1,7 +1,7 @@
 """Experiments: configs x seeds in parallel processes, statistics across seeds, fair baselines.
 
 * :func:`run_grid` (:mod:`~lightning_fl.experiments.grid`): the runner behind ``make compare`` and
-  ``make tempo`` (``python -m lightning_fl.compare``).
+  ``make tempo`` (``python -m lightning_fl.apps.compare``).
 * :mod:`~lightning_fl.experiments.runs`: one resumable training process per config and seed.
 * :mod:`~lightning_fl.experiments.stats`: mean, sample std and the 95% Student t interval.
 * :mod:`~lightning_fl.experiments.results` and :mod:`~lightning_fl.experiments.run_info`: what the runs wrote.

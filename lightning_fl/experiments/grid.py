@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lightning_fl.experiments.launcher import launch, run_all
 from lightning_fl.experiments.results import (
     Row,
     final_client_accuracies,
@@ -37,13 +38,12 @@ from lightning_fl.experiments.run_info import (
     timing_markdown,
     write_records,
 )
-from lightning_fl.experiments.launcher import launch, run_all
 from lightning_fl.experiments.runs import Run, default_jobs, plan_runs
 from lightning_fl.experiments.stats import Stats, seed_bands
 from lightning_fl.experiments.tuning import tune as tune_grids
+from lightning_fl.faults.validation import ConfigError, check_choice, check_positive
 from lightning_fl.reporting.figures import band_curves_figure
 from lightning_fl.reporting.seed_figures import client_accuracy_figure
-from lightning_fl.validation import ConfigError, check_choice, check_positive
 
 __all__ = ["GridResult", "run_grid"]
 

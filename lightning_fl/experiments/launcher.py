@@ -17,7 +17,7 @@ restarted, and why. What happens to a run directory that is already there:
   run starts afresh. Nothing is ever deleted.
 
 When the launcher itself gets SIGTERM, SIGINT or SIGUSR1 it passes the signal on once to every run in
-flight (each finishes and checkpoints its round, see :mod:`lightning_fl.preemption`), starts no new
+flight (each finishes and checkpoints its round, see :mod:`lightning_fl.faults.preemption`), starts no new
 run, prints the summary and exits with ``128 + signal``; the same command resumes everything.
 """
 

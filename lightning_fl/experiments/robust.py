@@ -33,9 +33,9 @@ from lightning_fl.experiments.grid import GridResult, run_grid
 from lightning_fl.experiments.launcher import launch
 from lightning_fl.experiments.runs import Run, parse_seeds
 from lightning_fl.experiments.stats import Stats, stats
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.functional.attacks import byzantine_clients
 from lightning_fl.reporting.robust_figure import robust_panels
-from lightning_fl.validation import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 METHODS = {"FedAvg": "fedavg_synthetic.yaml", "FedFa": "fedfa_synthetic.yaml", "q-FFL": "qffl_synthetic.yaml",

@@ -19,7 +19,7 @@ from typing import Any
 
 from lightning_fl.experiments.runs import FINISHED, Run
 from lightning_fl.experiments.stats import stats
-from lightning_fl.hparams import METRIC_TAGS
+from lightning_fl.simulation.hparams import METRIC_TAGS
 
 __all__ = ["hparams_problems", "read_events", "read_scalars", "run_record", "target_markdown", "timing_markdown",
            "write_records"]

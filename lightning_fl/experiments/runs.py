@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
 
 __all__ = ["CHECKPOINT", "FINISHED", "OUTPUTS", "STARTED", "Run", "damaged_outputs", "default_jobs", "identity",
            "is_finished", "matches", "output_digests", "parse_seeds", "plan_runs", "resumable_checkpoint"]

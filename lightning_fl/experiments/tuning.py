@@ -27,7 +27,7 @@ import yaml
 
 from lightning_fl.experiments.launcher import launch, run_all
 from lightning_fl.experiments.runs import Run, plan_runs
-from lightning_fl.validation import ConfigError, check_choice
+from lightning_fl.faults.validation import ConfigError, check_choice
 
 __all__ = ["DEFAULT_GRID", "GRIDS", "TUNE_METRICS", "aggregation_of", "at_grid_edge", "grid_for", "own_grid", "point_label",
            "select", "tune", "tuning_markdown", "val_score", "write_point_config"]

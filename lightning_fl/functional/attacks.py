@@ -32,8 +32,8 @@ import math
 import torch
 from torch import Tensor
 
-from lightning_fl.seeding import generator_for
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
+from lightning_fl.state.seeding import generator_for
 
 __all__ = [
     "ALIE_Z_OPTIONS",

@@ -27,7 +27,7 @@ import math
 import torch
 from torch import Tensor
 
-from lightning_fl.validation import ConfigError, check_choice
+from lightning_fl.faults.validation import ConfigError, check_choice
 
 __all__ = [
     "RULES",
@@ -102,7 +102,7 @@ def check_requirement(rule: str, cohort_size: int, f: int) -> None:
         >>> check_requirement("bulyan", 6, 1)
         Traceback (most recent call last):
         ...
-        lightning_fl.validation.ConfigError: bulyan needs K >= 4f + 3; got K = 6, f = 1
+        lightning_fl.faults.validation.ConfigError: bulyan needs K >= 4f + 3; got K = 6, f = 1
     """
     if not meets_requirement(rule, cohort_size, f):
         raise ConfigError(f"{rule} needs {RULES[rule]}; got K = {cohort_size}, f = {f}")

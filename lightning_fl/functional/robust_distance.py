@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lightning_fl.faults.validation import check_choice
 from lightning_fl.functional.robust import _check_stack, check_requirement, coordinate_median
-from lightning_fl.validation import check_choice
 
 __all__ = [
     "bulyan",

@@ -1,6 +1,6 @@
 """The arithmetic of a simulated round: transfer times, work that fits a deadline, who finishes first.
 
-Pure functions over tensors; :class:`~lightning_fl.system.SystemHeterogeneity` draws the random
+Pure functions over tensors; :class:`~lightning_fl.simulation.system.SystemHeterogeneity` draws the random
 inputs and applies them to a round (docs/system.md).
 """
 

@@ -17,7 +17,7 @@ Readings documented here:
 
 This module also re-exports :func:`check_choice`, the single validator for enumerated options
 (``weighting``, ``kind``, ``form``, ``mode``, ``similarity``); it raises
-:class:`lightning_fl.validation.ConfigError` (a ``ValueError``) with one line such as
+:class:`lightning_fl.faults.validation.ConfigError` (a ``ValueError``) with one line such as
 ``mode must be one of self, global, time; got 'foo'``.
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from lightning_fl.validation import ConfigError, check_choice
+from lightning_fl.faults.validation import ConfigError, check_choice
 
 __all__ = [
     "ConfigError",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 from typing_extensions import override
 
+from lightning_fl.faults.validation import check_positive
 from lightning_fl.models.base import ClientModule
-from lightning_fl.validation import check_positive
 
 
 class CharLSTM(ClientModule):

@@ -5,9 +5,9 @@ from __future__ import annotations
 from torch import Tensor, nn
 from typing_extensions import override
 
+from lightning_fl.faults.validation import ConfigError, check_positive
 from lightning_fl.models.base import ClientModule
 from lightning_fl.models.mlp import dense_stack
-from lightning_fl.validation import ConfigError, check_positive
 
 
 class CifarCNN(ClientModule):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from torch import Tensor
 
-from lightning_fl.validation import ConfigError
-from lightning_fl.write_failures import writing
+from lightning_fl.faults.validation import ConfigError
+from lightning_fl.faults.write_failures import writing
 
 __all__ = ["HEADER", "append_client_rows"]
 

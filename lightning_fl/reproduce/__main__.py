@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from lightning_fl.experiments.runs import parse_seeds
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.reproduce.paper import SCALES, Paper
-from lightning_fl.validation import ConfigError
 
 PAPERS = ("fedfa", "igfl", "dwfed", "tempo")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
 
 __all__ = ["Setting", "apply_changes", "derive_config"]
 

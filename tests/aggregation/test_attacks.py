@@ -7,10 +7,10 @@ import torch
 
 from lightning_fl.aggregation import AggregationPipeline, Krum, TrimmedMean
 from lightning_fl.aggregation.attacks import ALIE, IPM, Gaussian, LabelFlip, Scale, SignFlip
-from lightning_fl.callbacks import FedAvg
-from lightning_fl.data import FederatedData, offsets_from_sizes
-from lightning_fl.evaluation import ClientEvaluation
 from lightning_fl.callbacks import FairnessMetrics
+from lightning_fl.callbacks import FedAvg
+from lightning_fl.engines.evaluation import ClientEvaluation
+from lightning_fl.state.data import FederatedData, offsets_from_sizes
 from tests.callbacks.helpers import CHECKPOINT, RecordingLogger, aggregate, events, fake_federation, make_update, \
     prepared, run_4_and_2_plus_2
 from tests.conftest import run_cli

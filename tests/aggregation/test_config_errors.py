@@ -8,7 +8,7 @@ import pytest
 from pytorch_lightning.cli import LightningArgumentParser as ArgumentParser
 
 from lightning_fl.aggregation.config_errors import stage_config_error
-from lightning_fl.cli import FederatedArgumentParser
+from lightning_fl.apps.cli import FederatedArgumentParser
 from tests.conftest import run_cli, tiny_config, write_config
 
 

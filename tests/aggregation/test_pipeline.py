@@ -30,7 +30,7 @@ from lightning_fl.callbacks import (
     QFFL,
     Scaffold,
 )
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
 from tests.callbacks.helpers import RecordingLogger, aggregate, fake_federation, make_update, prepared, vector_layout
 
 GLOBAL = torch.tensor([0.5, -1.0, 2.0])

@@ -11,14 +11,14 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import Tensor
 
-from lightning_fl.callback import AggregationCallback
-from lightning_fl.cli import FederatedCLI
-from lightning_fl.data import FederatedData, offsets_from_sizes
+from lightning_fl.apps.cli import FederatedCLI
 from lightning_fl.engines.cohort import CohortUpdate
-from lightning_fl.federation import ClientOptimizer, Federation
-from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.functional.weights import weighted_average
-from lightning_fl.round_logger import RoundLogger
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.callback import AggregationCallback
+from lightning_fl.simulation.federation import ClientOptimizer, Federation
+from lightning_fl.state.data import FederatedData, offsets_from_sizes
+from lightning_fl.state.flat_state import FlatStateLayout
 from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,8 +6,8 @@ import pytest
 import torch
 from lightning_fl.callbacks.dwfed import DWFed
 
-from lightning_fl.federation import Federation
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
+from lightning_fl.simulation.federation import Federation
 from tests.callbacks.helpers import (
     RecordingLogger,
     aggregate,

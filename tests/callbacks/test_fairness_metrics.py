@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from lightning_fl.callbacks.fairness_metrics import FairnessMetrics
-from lightning_fl.evaluation import ClientEvaluation
-from lightning_fl.loop_evaluation import EvaluationHooks
-from lightning_fl.validation import ConfigError
+from lightning_fl.engines.evaluation import ClientEvaluation
+from lightning_fl.faults.validation import ConfigError
+from lightning_fl.simulation.loop_evaluation import EvaluationHooks
 from tests.callbacks.helpers import RecordingLogger, fake_federation
 from tests.conftest import run_cli
 

@@ -13,7 +13,7 @@ from lightning_fl.callbacks.fedadaptive import (
     FedYogi,
 )
 
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
 from tests.callbacks.helpers import (
     RecordingLogger,
     aggregate,

@@ -8,7 +8,7 @@ import pytest
 import torch
 from lightning_fl.callbacks.fedadp import FedAdp
 
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
 from tests.callbacks.helpers import (
     RecordingLogger,
     aggregate,

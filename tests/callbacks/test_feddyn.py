@@ -6,16 +6,16 @@ import pytest
 import torch
 from lightning_fl.callbacks import FedAvg, FedDyn
 
-from lightning_fl.client_state import ClientStateStore
 from lightning_fl.engines import (
     ClientHookSet,
     LocalTrainingPlan,
     SequentialEngine,
     VectorizedEngine,
 )
-from lightning_fl.flat_state import FlatStateLayout
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.models import LogisticRegression
-from lightning_fl.validation import ConfigError
+from lightning_fl.state.client_state import ClientStateStore
+from lightning_fl.state.flat_state import FlatStateLayout
 from tests.callbacks.helpers import (
     RecordingLogger,
     aggregate,

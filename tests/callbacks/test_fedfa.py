@@ -10,7 +10,7 @@ from lightning_fl.callbacks.fedfa import FedFa
 from lightning_fl.callbacks.fedfa_mo import FedFaMo
 
 from lightning_fl.engines.cohort import CohortUpdate
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
 from tests.callbacks.helpers import (
     RecordingLogger,
     aggregate,

@@ -12,8 +12,6 @@ from lightning_fl.callbacks.igfl import IGFL
 from lightning_fl.callbacks.igfl_client import IGFLClient
 from lightning_fl.callbacks.igfl_server import IGFLServer
 
-from lightning_fl.client_state import ClientStateStore
-from lightning_fl.data import FederatedData
 from lightning_fl.engines import (
     ENGINES,
     ClientHookSet,
@@ -21,9 +19,11 @@ from lightning_fl.engines import (
     LocalTrainingPlan,
     SequentialEngine,
 )
-from lightning_fl.flat_state import FlatStateLayout
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.models import LogisticRegression
-from lightning_fl.validation import ConfigError
+from lightning_fl.state.client_state import ClientStateStore
+from lightning_fl.state.data import FederatedData
+from lightning_fl.state.flat_state import FlatStateLayout
 from tests.callbacks.helpers import (
     RecordingLogger,
     aggregate,

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_fl.centralised import CentralisedSGD, pooled_batches
-from lightning_fl.flat_state import FlatStateLayout
 from lightning_fl.functional.dwfed import model_divergence
 from lightning_fl.models import LogisticRegression
+from lightning_fl.simulation.centralised import CentralisedSGD, pooled_batches
+from lightning_fl.state.flat_state import FlatStateLayout
 from tests.callbacks.helpers import assert_cli_exits_2, events, run_with
 from tests.conftest import run_cli
 

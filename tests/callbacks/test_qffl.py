@@ -7,7 +7,7 @@ import torch
 from lightning_fl.callbacks.qffl import QFFL
 
 from lightning_fl.engines.hooks import ClientHookSet
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
 from tests.callbacks.helpers import (
     RecordingLogger,
     aggregate,

@@ -10,17 +10,17 @@ import torch
 import torch.nn.functional as F
 from lightning_fl.callbacks.scaffold import Scaffold
 
-from lightning_fl.client_state import ClientStateStore
-from lightning_fl.data import FederatedData
 from lightning_fl.engines import (
     ClientHookSet,
     LocalTrainingPlan,
     SequentialEngine,
     VectorizedEngine,
 )
-from lightning_fl.flat_state import FlatStateLayout
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.models import LogisticRegression
-from lightning_fl.validation import ConfigError
+from lightning_fl.state.client_state import ClientStateStore
+from lightning_fl.state.data import FederatedData
+from lightning_fl.state.flat_state import FlatStateLayout
 from tests.callbacks.helpers import (
     RecordingLogger,
     TwoParamsAndBuffer,

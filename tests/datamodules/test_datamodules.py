@@ -17,7 +17,7 @@ from lightning_fl.datamodules.partitions import IID, Dirichlet, Quantity, Shards
 from matplotlib.figure import Figure
 from torch.utils.data import DataLoader
 
-from lightning_fl.data import offsets_from_sizes
+from lightning_fl.state.data import offsets_from_sizes
 
 
 class HandMade(FederatedDataModule):

@@ -18,8 +18,8 @@ from lightning_fl.datamodules.partitions import (
     Shards,
 )
 
-from lightning_fl.cli import FederatedCLI
-from lightning_fl.seeding import generator_for
+from lightning_fl.apps.cli import FederatedCLI
+from lightning_fl.state.seeding import generator_for
 from tests.conftest import run_cli, tiny_config, write_config
 
 PARTITIONS = [

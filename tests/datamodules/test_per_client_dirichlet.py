@@ -13,7 +13,7 @@ from lightning_fl.datamodules.largest_remainder import (
 from lightning_fl.datamodules.partitions import PerClientDirichlet
 from lightning_fl.datamodules.partitions.per_client_dirichlet import allocate_counts
 
-from lightning_fl.seeding import derive_seed
+from lightning_fl.state.seeding import derive_seed
 
 
 def gen(seed: int = 0) -> torch.Generator:

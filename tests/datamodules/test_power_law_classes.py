@@ -7,7 +7,7 @@ import pytest
 import torch
 from lightning_fl.datamodules.partitions import PowerLawClasses
 
-from lightning_fl.seeding import derive_seed
+from lightning_fl.state.seeding import derive_seed
 
 
 def gen(seed: int = 0) -> torch.Generator:

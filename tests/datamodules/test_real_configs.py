@@ -83,7 +83,7 @@ def test_config_parses(config):
 def test_documented_algorithm_overrides_parse(config):
     algos = algorithms(config)
     assert "fedavg" in algos and len(algos) >= 2, f"{config.name} documents no '# Algorithms' block"
-    from lightning_fl.callback import AggregationCallback
+    from lightning_fl.simulation.callback import AggregationCallback
 
     for callback in yaml.safe_load(config.read_text())["trainer"]["callbacks"]:
         module, _, name = callback["class_path"].rpartition(".")

@@ -17,7 +17,7 @@ MODULES = [
     "lightning_fl.datamodules.partitions.config_errors", "lightning_fl.datamodules.largest_remainder",
     "lightning_fl.datamodules.split", "lightning_fl.datamodules.assemble", "lightning_fl.datamodules.pooled",
     "lightning_fl.datamodules.digits",
-    "lightning_fl.datamodule", "lightning_fl.reporting.tables",
+    "lightning_fl.simulation.datamodule", "lightning_fl.reporting.tables",
     "lightning_fl.models.lenet", "lightning_fl.models.cifar_cnn", "lightning_fl.models.char_lstm",
     "lightning_fl.models.resnet_gn",
 ]  # datamodules/mnist.py and cifar10.py have no ``Example:`` block (test_real_idx.py, test_real_cifar10.py test them)

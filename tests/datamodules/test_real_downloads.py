@@ -16,7 +16,7 @@ from lightning_fl.datamodules.downloads import (
     verify_file,
 )
 
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
 
 
 @pytest.fixture

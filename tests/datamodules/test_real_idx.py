@@ -17,7 +17,7 @@ from lightning_fl.datamodules.mnist import FASHION_MNIST, MNIST, load_idx_datase
 from lightning_fl.datamodules.partitions import Shards
 from lightning_fl.datamodules.train_test_pool import deal_by_label, stratified_subsample
 
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
 from tests.conftest import skip_without_data
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from lightning_fl.datamodules import LeafDataModule
 from lightning_fl.datamodules.downloads import CorruptDataError, DataNotFoundError
 from lightning_fl.datamodules.leaf import LEAF_LETTERS, encode_text
 
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
 from tests.conftest import run_cli
 
 

@@ -19,10 +19,10 @@ from pytorch_lightning.strategies import DDPStrategy
 from lightning_fl import aggregation as ag
 from lightning_fl import callbacks as cb
 from lightning_fl.aggregation import attacks
-from lightning_fl.hierarchy import Hierarchy
-from lightning_fl.loop import FederatedLoop
 from lightning_fl.models import LogisticRegression
-from lightning_fl.system import SystemHeterogeneity
+from lightning_fl.simulation.hierarchy import Hierarchy
+from lightning_fl.simulation.loop import FederatedLoop
+from lightning_fl.simulation.system import SystemHeterogeneity
 
 ROUNDS = 3
 SYSTEM = {"dropout": 0.3, "speed_mean": 3.0, "speed_sigma": 1.0, "deadline": 3.0, "stragglers": "partial",

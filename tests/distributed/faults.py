@@ -8,9 +8,9 @@ import time
 import pytorch_lightning as pl
 from torch import Tensor
 
-from lightning_fl.callback import FederatedCallback
-from lightning_fl.federation import Federation
-from lightning_fl.round_logger import RoundLogger
+from lightning_fl.reporting.round_logger import RoundLogger
+from lightning_fl.simulation.callback import FederatedCallback
+from lightning_fl.simulation.federation import Federation
 
 
 class DieAtRound(FederatedCallback):

@@ -11,7 +11,7 @@ import matplotlib.image
 import pytest
 import yaml
 
-from lightning_fl import compare
+from lightning_fl.apps import compare
 from lightning_fl.experiments import run_grid
 from lightning_fl.experiments.launcher import launch
 from lightning_fl.experiments.runs import FINISHED, Run, plan_runs

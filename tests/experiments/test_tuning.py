@@ -13,7 +13,7 @@ import yaml
 from lightning_fl.experiments import tuning
 from lightning_fl.experiments.launcher import launch
 from lightning_fl.experiments.runs import Run
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 FEDPROX, FEDAVG, FEDFA = (str(CONFIGS / f"{n}_synthetic.yaml") for n in ("fedprox", "fedavg", "fedfa"))

@@ -14,11 +14,11 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from lightning_fl.checkpoint_io import AtomicCheckpointIO
 from lightning_fl.datamodules import SyntheticDataModule
-from lightning_fl.loop import FederatedLoop
+from lightning_fl.faults.checkpoint_io import AtomicCheckpointIO
+from lightning_fl.faults.validation import CheckpointError
 from lightning_fl.models import LogisticRegression
-from lightning_fl.validation import CheckpointError
+from lightning_fl.simulation.loop import FederatedLoop
 from tests.conftest import run_cli, tiny_config, write_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from lightning_fl.checkpoint_io import AtomicCheckpointIO
+from lightning_fl.faults.checkpoint_io import AtomicCheckpointIO
 from tests.conftest import ROUND_CHECKPOINT, run_cli
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,9 +11,9 @@ import pytest
 import torch
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 
-from lightning_fl.checkpoint_io import CHECKSUM_KEY, AtomicCheckpointIO, install_checkpoint_io
-from lightning_fl.state_digest import state_digest
-from lightning_fl.validation import CheckpointError, CheckpointWriteError
+from lightning_fl.faults.checkpoint_io import CHECKSUM_KEY, AtomicCheckpointIO, install_checkpoint_io
+from lightning_fl.faults.state_digest import state_digest
+from lightning_fl.faults.validation import CheckpointError, CheckpointWriteError
 
 
 def _checkpoint(value: float = 1.0, rounds: int = 3) -> dict:

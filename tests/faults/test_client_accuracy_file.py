@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
+from lightning_fl.faults.validation import ConfigError, OutputWriteError
 from lightning_fl.reporting.client_accuracy import append_client_rows
-from lightning_fl.validation import ConfigError, OutputWriteError
 
 ROWS = "round,stage,client,accuracy,samples\n2,test,0,0.5,4\n2,test,1,0.25,4\n4,test,0,0.75,4\n4,test,1,0.5,4\n"
 

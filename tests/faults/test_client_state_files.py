@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import torch
 
-from lightning_fl.client_rows import DiskRows
-from lightning_fl.client_table import ClientTable
-from lightning_fl.validation import ClientStateError
+from lightning_fl.faults.validation import ClientStateError
+from lightning_fl.state.client_rows import DiskRows
+from lightning_fl.state.client_table import ClientTable
 from tests.callbacks.helpers import version_dir
 from tests.conftest import ROUND_CHECKPOINT, run_cli
 

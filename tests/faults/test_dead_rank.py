@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lightning_fl.dead_rank import lost_rank
+from lightning_fl.faults.dead_rank import lost_rank
 from tests.conftest import ROUND_CHECKPOINT, tiny_config, write_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_fl.checkpoint_io import AtomicCheckpointIO
 from lightning_fl.experiments.launcher import interrupting_signal, launch, run_all
 from lightning_fl.experiments.runs import CHECKPOINT, FINISHED, Run, plan_runs
+from lightning_fl.faults.checkpoint_io import AtomicCheckpointIO
 from tests.conftest import run_cli, tiny_config, write_config
 
 REPO = Path(__file__).resolve().parents[2]

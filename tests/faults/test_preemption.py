@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_fl.checkpoint_io import AtomicCheckpointIO
+from lightning_fl.faults.checkpoint_io import AtomicCheckpointIO
 from tests.conftest import ROUND_CHECKPOINT, run_cli
 
 ROUNDS = 6
@@ -169,7 +169,7 @@ def test_slurm_auto_requeue_requeues_the_job_once_the_checkpoint_is_written(tmp_
 
     from lightning_fabric.plugins.environments import SLURMEnvironment
 
-    from lightning_fl.preemption import Preemption, requeued_checkpoint
+    from lightning_fl.faults.preemption import Preemption, requeued_checkpoint
 
     calls = tmp_path / "scontrol_calls"
     fake = tmp_path / "bin" / "scontrol"

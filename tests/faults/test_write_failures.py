@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import torch
 
-import lightning_fl.write_failures
-from lightning_fl.checkpoint_io import AtomicCheckpointIO
+import lightning_fl.faults.write_failures
+from lightning_fl.faults.checkpoint_io import AtomicCheckpointIO
 from tests.callbacks.helpers import version_dir
 from tests.conftest import ROUND_CHECKPOINT, run_cli
 from tests.write_faults import deny_writes
@@ -54,7 +54,7 @@ def _hashes(folder: Path) -> dict[str, str]:
 
 
 def test_the_messages_are_documented() -> None:
-    result = doctest.testmod(lightning_fl.write_failures, optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = doctest.testmod(lightning_fl.faults.write_failures, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted >= 5 and result.failed == 0
 
 
@@ -68,9 +68,9 @@ def test_client_state_at_a_file_size_limit(tiny, tmp_path: Path) -> None:
     # SIGXFSZ ignored, as shells and schedulers that set such limits do: the write fails with EFBIG.
     script = ("import resource, signal, sys\n"
               "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-              "import lightning_fl.cli, matplotlib.pyplot\n"  # caches written before the limit
+              "import lightning_fl.apps.cli, matplotlib.pyplot\n"  # caches written before the limit
               "resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))\n"
-              "lightning_fl.cli.main(sys.argv[1:])\n")
+              "lightning_fl.apps.cli.main(sys.argv[1:])\n")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     proc = subprocess.run([sys.executable, "-c", script, "fit", "--config", str(config)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)

@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.functional.attacks import (
     alie,
     alie_z,
@@ -21,8 +22,7 @@ from lightning_fl.functional.attacks import (
     scale,
     sign_flip,
 )
-from lightning_fl.seeding import generator_for
-from lightning_fl.validation import ConfigError
+from lightning_fl.state.seeding import generator_for
 
 F64 = torch.float64
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.functional.fedfa import fedfa_weights, server_momentum_step
-from lightning_fl.validation import ConfigError
 
 F64 = torch.float64
 C = 1e-10

@@ -16,6 +16,7 @@ import math
 import pytest
 import torch
 
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.functional.robust import (
     bucketing,
     centered_clipping,
@@ -34,7 +35,6 @@ from lightning_fl.functional.robust_distance import (
     nearest_neighbour_mixing,
     pairwise_sq_distances,
 )
-from lightning_fl.validation import ConfigError
 
 # K = 5, P = 2, used by the coordinate rules.
 COORD = torch.tensor([[1.0, 5.0], [3.0, 1.0], [2.0, 4.0], [9.0, 2.0], [0.0, 30.0]])

@@ -11,10 +11,10 @@ from lightning_fl.callbacks.communication_cost import estimate_round_seconds
 from lightning_fl.callbacks.fedavg import FedAvg
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.functional.system import transfer_seconds
-from lightning_fl.hierarchy import Hierarchy, InstitutionAggregation, assign_clients
-from lightning_fl.rounds import RoundTraffic
-from lightning_fl.validation import ConfigError
+from lightning_fl.simulation.hierarchy import Hierarchy, InstitutionAggregation, assign_clients
+from lightning_fl.simulation.rounds import RoundTraffic
 from tests.callbacks.helpers import make_update
 from tests.conftest import run_cli
 

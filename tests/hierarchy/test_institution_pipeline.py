@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from lightning_fl.aggregation import AggregationPipeline, CenteredClipping, Krum, TrimmedMean
-from lightning_fl.hierarchy import InstitutionAggregation
-from lightning_fl.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError
+from lightning_fl.simulation.hierarchy import InstitutionAggregation
 from tests.callbacks.helpers import CHECKPOINT, make_update, run_4_and_2_plus_2
 
 MEMBERS = [torch.tensor([0, 1, 2]), torch.tensor([3, 4, 5])]

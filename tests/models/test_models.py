@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.models import CharLSTM, CifarCNN, ClientModule, LeNet5, ResNet18GN
-from lightning_fl.validation import ConfigError
 from tests.conftest import run_cli, write_config
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.reproduce.paper import Metric, Paper, SettingResults, best_of_values
 from lightning_fl.reproduce.report import setting_table
 from lightning_fl.reproduce.settings import Setting
-from lightning_fl.validation import ConfigError
 
 SETTING = Setting("s", {"Ours": "o.yaml", "B4": "b4.yaml", "B8": "b8.yaml"}, best_of={"B-best": ["B4", "B8"]})
 METRICS = {"time": Metric("Time (s)", lambda r, m, s: 0.0, digits=1, higher_is_better=False),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.reproduce.settings import Setting, apply_changes, derive_config
-from lightning_fl.validation import ConfigError
 
 BASE = {"trainer": {"max_epochs": 60, "callbacks": [{"class_path": "lightning_fl.callbacks.FedProx",
                                                      "init_args": {"mu": 0.01}},

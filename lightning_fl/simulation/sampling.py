@@ -1,0 +1,85 @@
+"""Cohort sampling (docs/algorithms.md, Sampling): which clients train in round ``t``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightning_fl.faults.validation import ConfigError, check_choice, check_positive
+from lightning_fl.state.seeding import generator_for
+
+SAMPLING_MODES = ("uniform", "by_samples", "all")
+
+
+class ClientSampler:
+    """Draws the cohort ``S_t`` of ``K`` clients for each round.
+
+    The draw for round ``t`` depends only on ``(seed, t)``, so a resumed run samples the same cohorts
+    as an uninterrupted one. Cohorts are returned sorted by client id.
+
+    Args:
+        num_clients: ``N``, the number of clients.
+        clients_per_round: ``K``; ``1 <= K <= N``.
+        mode: ``uniform`` (without replacement), ``by_samples`` (without replacement, probability
+            proportional to ``n_k``) or ``all`` (every client, every round).
+        seed: Run seed.
+        num_samples: ``n_k`` for every client; required for ``by_samples``.
+
+    Raises:
+        ConfigError: If ``mode`` is unknown or ``K`` is outside ``[1, N]``.
+
+    Example:
+        >>> ClientSampler(5, 2, "uniform", seed=0).sample(0).tolist()
+        [1, 3]
+    """
+
+    def __init__(
+        self, num_clients: int, clients_per_round: int, mode: str, seed: int, num_samples: Tensor | None = None
+    ) -> None:
+        check_choice("sampling", mode, SAMPLING_MODES)
+        check_positive("clients_per_round", clients_per_round, integer=True)
+        if clients_per_round > num_clients and mode != "all":  # `all` ignores it: every client, every round
+            raise ConfigError(
+                f"clients_per_round must be between 1 and {num_clients} (the number of clients); got {clients_per_round}"
+            )
+        self.num_clients = num_clients
+        self.clients_per_round = num_clients if mode == "all" else clients_per_round
+        self.mode = mode
+        self.seed = seed
+        self.num_samples = None if num_samples is None else num_samples.double().cpu()
+
+    def sample(self, round_idx: int, candidates: Tensor | None = None, count: int | None = None) -> Tensor:
+        """The sorted client ids of round ``round_idx`` (a CPU ``long`` tensor).
+
+        Args:
+            round_idx: The round ``t``.
+            candidates: Sorted ids of the clients that can be sampled (the online ones under a
+                ``model.system`` availability model); ``None``: every client.
+            count: How many to sample (``K``, or more with over-selection); all candidates when
+                there are no more than ``count`` of them. ``None``: ``K``.
+        """
+        n, k = self.num_clients, self.clients_per_round if count is None else count
+        pool = n if candidates is None else len(candidates)
+        if k >= pool:
+            return torch.arange(n) if candidates is None else candidates.clone()
+        gen = generator_for(self.seed, "cohort", round_idx)
+        if self.mode == "by_samples":
+            weights = self.num_samples if candidates is None else self.num_samples[candidates]
+            chosen = torch.multinomial(weights, k, replacement=False, generator=gen)
+        else:
+            chosen = torch.randperm(pool, generator=gen)[:k]
+        return (chosen if candidates is None else candidates[chosen]).sort().values
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"num_clients": self.num_clients, "clients_per_round": self.clients_per_round, "mode": self.mode,
+                "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Check that a checkpoint was written by a run with the same sampling configuration."""
+        mine = self.state_dict()
+        changed = [key for key in mine if state.get(key) != mine[key]]
+        if changed:
+            diffs = ", ".join(f"{key}: checkpoint {state.get(key)!r} vs config {mine[key]!r}" for key in changed)
+            raise ConfigError(f"sampling configuration differs from the checkpoint ({diffs})")

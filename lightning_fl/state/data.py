@@ -1,0 +1,186 @@
+"""Client data stored as a few contiguous tensors with per-client offsets.
+
+Every client's train (and test) samples are one slice of a shared tensor, so the client engines
+index batches without a per-client ``DataLoader``, the whole federation moves to the training device
+with one ``.to()``, and evaluation of all clients runs as a few large batches whose results are
+split back per client with the offsets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+from torch import Tensor
+
+from lightning_fl.state.seeding import generator_for
+
+
+def offsets_from_sizes(sizes: list[int] | Tensor) -> Tensor:
+    """Turn per-client sizes into ``N + 1`` cumulative offsets (``offsets[k]:offsets[k+1]`` is client k)."""
+    sizes = torch.as_tensor(sizes, dtype=torch.long)
+    return torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+
+
+@dataclass
+class FederatedData:
+    """All clients' train, validation and test splits.
+
+    Args:
+        x_train: Train inputs of every client, concatenated along dim 0.
+        y_train: Train labels (``long``), aligned with ``x_train``.
+        train_offsets: ``N + 1`` offsets; client ``k`` owns rows ``train_offsets[k]:train_offsets[k+1]``.
+        x_test: Test inputs, concatenated the same way.
+        y_test: Test labels.
+        test_offsets: ``N + 1`` offsets into the test tensors.
+        num_classes: Number of label classes.
+        x_val: Validation inputs, concatenated the same way; ``None`` (with ``y_val`` and
+            ``val_offsets``) when the federation has no validation split (``val_fraction: 0``).
+        y_val: Validation labels.
+        val_offsets: ``N + 1`` offsets into the validation tensors.
+
+    Raises:
+        ValueError: If the offsets do not cover the tensors or a client has no training sample.
+    """
+
+    x_train: Tensor
+    y_train: Tensor
+    train_offsets: Tensor
+    x_test: Tensor
+    y_test: Tensor
+    test_offsets: Tensor
+    num_classes: int
+    x_val: Tensor | None = None
+    y_val: Tensor | None = None
+    val_offsets: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        given = [v is not None for v in (self.x_val, self.y_val, self.val_offsets)]
+        if any(given) and not all(given):
+            raise ValueError("x_val, y_val and val_offsets must be given together (or none of them)")
+        splits = [("train", self.x_train, self.y_train, self.train_offsets),
+                  ("test", self.x_test, self.y_test, self.test_offsets)]
+        if self.has_validation:
+            splits.append(("val", self.x_val, self.y_val, self.val_offsets))
+            if len(self.val_offsets) != len(self.train_offsets):
+                raise ValueError("train_offsets and val_offsets must describe the same number of clients")
+        for split, x, y, off in splits:
+            if len(x) != len(y) or int(off[-1]) != len(y) or int(off[0]) != 0:
+                raise ValueError(f"{split} offsets must run from 0 to {len(y)} samples; got {off[0]}..{off[-1]}")
+        if len(self.train_offsets) != len(self.test_offsets):
+            raise ValueError("train_offsets and test_offsets must describe the same number of clients")
+        if bool((self.train_sizes() <= 0).any()):
+            empty = int((self.train_sizes() <= 0).nonzero()[0])
+            raise ValueError(f"client {empty} has no training sample; every client needs at least one")
+
+    @property
+    def has_validation(self) -> bool:
+        """Whether the clients have validation splits (``False`` with ``val_fraction: 0``)."""
+        return self.val_offsets is not None
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.train_offsets) - 1
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+    def train_sizes(self) -> Tensor:
+        """``n_k`` for every client (``long`` tensor of length N)."""
+        return self.train_offsets.diff()
+
+    def test_sizes(self) -> Tensor:
+        return self.test_offsets.diff()
+
+    def val_sizes(self) -> Tensor:
+        """Validation samples per client (zeros when there is no validation split)."""
+        if self.val_offsets is None:
+            return torch.zeros(self.num_clients, dtype=torch.long)
+        return self.val_offsets.diff()
+
+    def client_train(self, k: int) -> tuple[Tensor, Tensor]:
+        lo, hi = int(self.train_offsets[k]), int(self.train_offsets[k + 1])
+        return self.x_train[lo:hi], self.y_train[lo:hi]
+
+    def client_test(self, k: int) -> tuple[Tensor, Tensor]:
+        lo, hi = int(self.test_offsets[k]), int(self.test_offsets[k + 1])
+        return self.x_test[lo:hi], self.y_test[lo:hi]
+
+    def client_val(self, k: int) -> tuple[Tensor, Tensor]:
+        if self.val_offsets is None:
+            raise ValueError("this federation has no validation split (val_fraction is 0)")
+        lo, hi = int(self.val_offsets[k]), int(self.val_offsets[k + 1])
+        return self.x_val[lo:hi], self.y_val[lo:hi]
+
+    def split(self, stage: str) -> tuple[Tensor, Tensor, Tensor]:
+        """``(x, y, offsets)`` of the ``"train"``, ``"val"`` or ``"test"`` split."""
+        if stage == "val" and self.val_offsets is None:
+            raise ValueError("this federation has no validation split (val_fraction is 0)")
+        return {"train": (self.x_train, self.y_train, self.train_offsets),
+                "val": (self.x_val, self.y_val, self.val_offsets),
+                "test": (self.x_test, self.y_test, self.test_offsets)}[stage]
+
+    def label_histograms(self, split: str = "train") -> Tensor:
+        """``(N, num_classes)`` label counts per client (``long``) of the ``train``, ``val`` or ``test`` split."""
+        _, y, off = self.split(split)
+        client_of_sample = torch.repeat_interleave(torch.arange(self.num_clients, device=y.device), off.diff())
+        flat = client_of_sample * self.num_classes + y.long()
+        return torch.bincount(flat, minlength=self.num_clients * self.num_classes).view(self.num_clients, -1)
+
+    def to(self, device: torch.device | str) -> FederatedData:
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in moved.items():
+            if isinstance(value, Tensor) and not name.endswith("offsets"):  # None (no validation) stays None
+                moved[name] = value.to(device)
+        return FederatedData(**moved)
+
+
+def validation_size(n: int, val_fraction: float) -> int:
+    """Validation samples taken from a client with ``n`` training samples.
+
+    ``round(val_fraction * n)`` (Python's ``round``: halves go to the even number, as in the
+    train/test split), but at most ``n - 1``, so a client always keeps at least one training sample.
+
+    Example:
+        >>> validation_size(50, 0.1), validation_size(3, 0.9), validation_size(1, 0.5), validation_size(25, 0.1)
+        (5, 2, 0, 2)
+    """
+    return min(int(round(val_fraction * n)), max(n - 1, 0))
+
+
+def split_validation(data: FederatedData, val_fraction: float, seed: int) -> FederatedData:
+    """Move :func:`validation_size` of every client's training samples to a validation split.
+
+    Client ``k``'s validation samples are the first ``validation_size(n_k, val_fraction)`` of a
+    permutation drawn from ``generator_for(seed, "validation_split", k)``: a function of the seed and
+    the client only, never of the cohort, the engine or the number of processes. Both parts keep the
+    samples' original order; the test split is not touched. ``val_fraction == 0`` (or data that
+    already has a validation split) returns ``data`` itself.
+
+    Example:
+        >>> x = torch.arange(12.0).unsqueeze(1)
+        >>> data = FederatedData(x[:10], torch.zeros(10, dtype=torch.long), offsets_from_sizes([8, 2]),
+        ...                      x[10:], torch.zeros(2, dtype=torch.long), offsets_from_sizes([1, 1]), 1)
+        >>> split = split_validation(data, 0.25, seed=0)
+        >>> split.train_sizes().tolist(), split.val_sizes().tolist(), split.test_sizes().tolist()
+        ([6, 2], [2, 0], [1, 1])
+    """
+    if val_fraction == 0 or data.has_validation:
+        return data
+    train_idx, val_idx = [], []
+    for k, (lo, hi) in enumerate(zip(data.train_offsets[:-1].tolist(), data.train_offsets[1:].tolist())):
+        n = hi - lo
+        perm = torch.randperm(n, generator=generator_for(seed, "validation_split", k))
+        n_val = validation_size(n, val_fraction)
+        val_idx.append(perm[:n_val].sort().values + lo)
+        train_idx.append(perm[n_val:].sort().values + lo)
+    train, val = torch.cat(train_idx), torch.cat(val_idx)
+    device = data.x_train.device
+    return FederatedData(
+        x_train=data.x_train[train.to(device)], y_train=data.y_train[train.to(device)],
+        train_offsets=offsets_from_sizes([len(i) for i in train_idx]),
+        x_test=data.x_test, y_test=data.y_test, test_offsets=data.test_offsets, num_classes=data.num_classes,
+        x_val=data.x_train[val.to(device)], y_val=data.y_train[val.to(device)],
+        val_offsets=offsets_from_sizes([len(i) for i in val_idx]),
+    )
