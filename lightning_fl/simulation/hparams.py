@@ -18,7 +18,8 @@ from torch.utils.tensorboard.summary import hparams
 #: The fairness scalars shown as HParams metrics (those the run logs; see docs/algorithms.md, Fairness metrics).
 METRIC_TAGS = tuple(f"{split}/{name}" for split in ("val", "test")
                     for name in ("acc_mean", "acc_worst20", "acc_best20", "acc_var", "acc_pooled", "jain", "loss")
-                    ) + ("test/acc_mean_last10pct",)  # IGFL's metric, logged once at the end of fit
+                    ) + ("test/acc_mean_last10pct",  # IGFL's metric, logged once at the end of fit
+                         "test/all/acc_mean", "test/all/acc_worst20")  # every client, under model.attack
 _SKIPPED = ("data contents", "model.client shapes")  # a digest and tensor shapes: nothing to sort runs by
 
 
