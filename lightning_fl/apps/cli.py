@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -230,20 +232,33 @@ def main(args: list[str] | None = None) -> None:
     preemption.install()
     try:
         _run(args, preemption, argv)
-        close_process_group()
+        multi_process = close_process_group()
     finally:
         preemption.uninstall()
+    if multi_process:
+        # Everything is written and flushed, and every rank has passed the last barrier; skip the C++
+        # teardown of gloo's and the rendezvous store's threads, which can abort a finished run at
+        # interpreter exit ("terminate called without an active exception", exit -6).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
-def close_process_group() -> None:
-    """Destroy the process group a multi-process run opened, once the run has ended normally.
+def close_process_group() -> bool:
+    """End a multi-process run's process group after a normal end; whether there was one.
 
-    Left to the interpreter's shutdown, gloo's threads are sometimes destroyed while still joinable, and a
-    run that finished and wrote everything aborts ("terminate called without an active exception", exit
-    -6). Only after a normal end: with a peer lost, tearing the group down could wait on it.
+    Every rank first waits for the others (a monitored barrier: one that died is named, not waited on
+    forever), so no rank tears down its connections while another still uses them, then the group is
+    destroyed. Only after a normal end: with a peer lost, tearing the group down could wait on it.
     """
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return False
+    if torch.distributed.get_world_size() > 1 and torch.distributed.get_backend() == "gloo":
+        torch.distributed.monitored_barrier(timeout=datetime.timedelta(seconds=120))
+    else:
+        torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+    return True
 
 
 def _run(args: list[str] | None, preemption: Preemption, argv: list[str]) -> None:
