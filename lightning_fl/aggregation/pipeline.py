@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 
 from lightning_fl.aggregation.attacks import Attack
@@ -151,8 +152,7 @@ class AggregationPipeline(RecordsInitArgs):
 
     # ------------------------------------------------------------------ one round
     def warn_once(self, key: str, message: str) -> None:
-        from pytorch_lightning.utilities import rank_zero_warn
-
+        """``rank_zero_warn(message)`` the first time ``key`` is seen in this run."""
         if key not in self._warned:
             self._warned.add(key)
             rank_zero_warn(message)
