@@ -57,7 +57,7 @@ from lightning_fl.state.client_table import ClientTable
 from lightning_fl.state.flat_state import FlatStateLayout
 from lightning_fl.state.seeding import derive_seed
 
-#: Added to ``trainer.callbacks`` when missing: the aggregation (unless the run has one) and the metrics.
+#: Allowed values of ``client_state``, ``exchange`` and ``on_client_divergence``.
 CLIENT_STATE_STORES = ("memory", "disk")
 EXCHANGES = ("gather", "reduce")
 DIVERGENCE_POLICIES = ("stop", "drop")
