@@ -22,6 +22,8 @@ from lightning_fl.state.data import FederatedData
 
 #: Where omniscient attackers take their statistics: the honest members' rows, or their own honest updates.
 KNOWLEDGE = ("honest", "own")
+#: Who is Byzantine: clients, or (with ``model.hierarchy``) whole institutions.
+LEVELS = ("client", "institution")
 
 
 class Attack(PipelineStage):
@@ -33,36 +35,54 @@ class Attack(PipelineStage):
         flip_labels: The Byzantine clients also train on ``y -> C - 1 - y``.
         knowledge: ``honest`` (statistics over the honest members ``H_t``) or ``own`` (over ``B_t``'s own
             honest updates); read by ALIE and IPM.
+        level: ``client`` or ``institution`` (with ``model.hierarchy``: ``fraction`` of the institutions are
+            Byzantine, every client of theirs trains as one of theirs, and the attack replaces the
+            institution models the server combines).
 
     Attributes:
-        byzantine: The Byzantine client ids after :meth:`setup`.
+        byzantine: The Byzantine members of the server's cohort (client ids, or institution ids) after
+            :meth:`setup`.
+        attacker_clients: The clients whose data and metrics are the attackers' (``byzantine``'s clients).
     """
 
     #: Whether the rows sent need every client's row (all but label flipping).
     replaces_rows: bool = True
 
-    def __init__(self, fraction: float, flip_labels: bool = False, knowledge: str = "honest") -> None:
+    def __init__(self, fraction: float, flip_labels: bool = False, knowledge: str = "honest",
+                 level: str = "client") -> None:
         byzantine_clients(1, fraction, 0, field="model.attack.init_args.fraction")  # checks the range
         check_choice("model.attack.init_args.knowledge", knowledge, KNOWLEDGE)
-        self.fraction, self.flips_labels, self.knowledge = float(fraction), bool(flip_labels), knowledge
-        self.byzantine = torch.zeros(0, dtype=torch.long)
+        check_choice("model.attack.init_args.level", level, LEVELS)
+        self.fraction, self.flips_labels, self.knowledge, self.level = float(fraction), bool(flip_labels), knowledge, level
+        self.byzantine = self.attacker_clients = torch.zeros(0, dtype=torch.long)
 
-    def setup(self, num_clients: int, seed: int) -> None:
-        """Draw ``B`` for a federation of ``num_clients`` and ``seed``."""
-        self.byzantine = byzantine_clients(num_clients, self.fraction, seed, field="model.attack.init_args.fraction")
+    def setup(self, num_clients: int, seed: int, institutions: list[Tensor] | None = None) -> None:
+        """Draw ``B`` for a federation of ``num_clients`` (and ``institutions``, their client ids) and ``seed``."""
+        field = "model.attack.init_args.fraction"
+        if self.level == "institution":
+            if institutions is None:
+                raise ConfigError("model.attack.init_args.level: institution needs model.hierarchy; use level: client")
+            self.byzantine = byzantine_clients(len(institutions), self.fraction, seed, field=field)
+            members = [institutions[m] for m in self.byzantine.tolist()]
+            self.attacker_clients = torch.sort(torch.cat(members)).values if members else self.byzantine.clone()
+        else:
+            if institutions is not None:
+                raise ConfigError("model.attack.init_args.level: client attacks inside a model.hierarchy are not"
+                                  " supported yet; use level: institution")
+            self.byzantine = self.attacker_clients = byzantine_clients(num_clients, self.fraction, seed, field=field)
 
     def honest_clients(self, num_clients: int) -> Tensor:
         """``(N,)`` bool: the clients outside ``B`` (whose metrics are the headline)."""
         honest = torch.ones(num_clients, dtype=torch.bool)
-        honest[self.byzantine] = False
+        honest[self.attacker_clients] = False
         return honest
 
     def poison(self, data: FederatedData) -> FederatedData:
         """``data`` with the Byzantine clients' training labels flipped when the attack flips labels."""
-        if not self.flips_labels or not len(self.byzantine):
+        if not self.flips_labels or not len(self.attacker_clients):
             return data
         owner = torch.repeat_interleave(torch.arange(data.num_clients), data.train_offsets.diff().cpu())
-        byzantine_sample = torch.isin(owner, self.byzantine).to(data.y_train.device)
+        byzantine_sample = torch.isin(owner, self.attacker_clients).to(data.y_train.device)
         y = torch.where(byzantine_sample, flip_labels(data.y_train, data.num_classes), data.y_train)
         return dataclasses.replace(data, y_train=y)
 
@@ -85,8 +105,8 @@ class LabelFlip(Attack):
 
     replaces_rows = False
 
-    def __init__(self, fraction: float) -> None:
-        super().__init__(fraction, flip_labels=True)
+    def __init__(self, fraction: float, level: str = "client") -> None:
+        super().__init__(fraction, flip_labels=True, level=level)
 
     def attack_rows(self, U: Tensor, byzantine: Tensor, ctx: StageContext) -> Tensor | None:
         return U[byzantine]
@@ -107,8 +127,9 @@ class Scale(Attack):
         gamma: The factor (default: the nominal cohort size ``K``, i.e. ``K / eta_s`` with ``eta_s = 1``).
     """
 
-    def __init__(self, fraction: float, gamma: float | None = None, flip_labels: bool = False) -> None:
-        super().__init__(fraction, flip_labels)
+    def __init__(self, fraction: float, gamma: float | None = None, flip_labels: bool = False,
+                 level: str = "client") -> None:
+        super().__init__(fraction, flip_labels, level=level)
         if gamma is not None:
             check_positive("model.attack.init_args.gamma", gamma)
         self.gamma = gamma
@@ -126,8 +147,9 @@ class Gaussian(Attack):
         sigma: The standard deviation (``>= 0``).
     """
 
-    def __init__(self, fraction: float, mu: float = 0.0, sigma: float = 1.0, flip_labels: bool = False) -> None:
-        super().__init__(fraction, flip_labels)
+    def __init__(self, fraction: float, mu: float = 0.0, sigma: float = 1.0, flip_labels: bool = False,
+                 level: str = "client") -> None:
+        super().__init__(fraction, flip_labels, level=level)
         check_non_negative("model.attack.init_args.sigma", sigma)
         self.mu, self.sigma = float(mu), float(sigma)
 
@@ -147,8 +169,8 @@ class ALIE(Attack):
     """
 
     def __init__(self, fraction: float, alie_z: None | str | float = None, knowledge: str = "honest",
-                 flip_labels: bool = False) -> None:
-        super().__init__(fraction, flip_labels, knowledge)
+                 flip_labels: bool = False, level: str = "client") -> None:
+        super().__init__(fraction, flip_labels, knowledge, level)
         if isinstance(alie_z, str) and alie_z not in ALIE_Z_OPTIONS:
             raise ConfigError(f"model.attack.init_args.alie_z must be null, {', '.join(ALIE_Z_OPTIONS)} or a number;"
                               f" got {alie_z!r}")
@@ -173,8 +195,8 @@ class IPM(Attack):
     """
 
     def __init__(self, fraction: float, eps: float = 2.0, knowledge: str = "honest",
-                 flip_labels: bool = False) -> None:
-        super().__init__(fraction, flip_labels, knowledge)
+                 flip_labels: bool = False, level: str = "client") -> None:
+        super().__init__(fraction, flip_labels, knowledge, level)
         self.eps = float(eps)
 
     def attack_rows(self, U: Tensor, byzantine: Tensor, ctx: StageContext) -> Tensor | None:
@@ -182,4 +204,4 @@ class IPM(Attack):
         return None if vector is None else vector.expand(int(byzantine.sum()), -1)
 
 
-__all__ = ["ALIE", "IPM", "KNOWLEDGE", "Attack", "Gaussian", "LabelFlip", "Scale", "SignFlip"]
+__all__ = ["ALIE", "IPM", "KNOWLEDGE", "LEVELS", "Attack", "Gaussian", "LabelFlip", "Scale", "SignFlip"]

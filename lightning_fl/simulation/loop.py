@@ -253,13 +253,13 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         if not data.has_validation:
             check_without_validation(self.trainer, stage)
         check_setup(self, data, stage)
-        if self.attack is not None:  # B is fixed by the seed; label flippers train on flipped labels
-            self.attack.setup(data.num_clients, self.seed)
-            data, self.honest_clients = self.attack.poison(data), self.attack.honest_clients(data.num_clients)
         self.data = data.to(self.trainer.strategy.root_device)
         self._set_cpu_threads()
         if self.hierarchy is not None:
             self.hierarchy.setup(data.num_clients, self.local_epochs)
+        if self.attack is not None:  # B is fixed by the seed; label flippers train on flipped labels
+            self.attack.setup(data.num_clients, self.seed, None if self.hierarchy is None else self.hierarchy.members)
+            self.data, self.honest_clients = self.attack.poison(self.data), self.attack.honest_clients(data.num_clients)
         cohort = data.num_clients if self.hierarchy is not None else self.clients_per_round
         self.sampler = ClientSampler(data.num_clients, cohort, self.sampling, self.seed, data.train_sizes())
         self.run_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)  # a collective: every rank asks

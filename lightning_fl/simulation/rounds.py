@@ -79,12 +79,10 @@ class RoundRunner:
                               f" model.hierarchy; got {type(self.aggregator).__name__}"
                               f"{' with a hierarchy' if hierarchy is not None else ''}; use exchange: gather")
         pipeline = pipeline if pipeline is not None else AggregationPipeline()
-        if attack is not None:
-            if hierarchy is not None:
-                raise ConfigError("model.attack: attacks on a model.hierarchy are not supported yet; remove one of them")
+        if attack is not None:  # set up by the loop: with a hierarchy its members are institutions
             pipeline.attack = attack
             if isinstance(attack, Scale):  # gamma = K / eta_s by default
-                attack.cohort_size = sampler.clients_per_round
+                attack.cohort_size = sampler.clients_per_round if hierarchy is None else hierarchy.num_institutions
         if reduce and pipeline.needs_every_row:
             raise ConfigError("model.exchange: reduce exchanges partial sums, but model.aggregation or model.attack needs every"
                               " client's update (a transform, pre-aggregator, robust rule or row attack); use exchange: gather")

@@ -84,7 +84,7 @@ def test_label_flippers_train_on_flipped_labels_and_nobody_else():
                          train_offsets=offsets_from_sizes([2, 3]), x_test=torch.zeros(2, 2),
                          y_test=torch.tensor([0, 1]), test_offsets=offsets_from_sizes([1, 1]), num_classes=10)
     attack = LabelFlip(0.5 - 1e-9)
-    attack.byzantine = torch.tensor([1])
+    attack.byzantine = attack.attacker_clients = torch.tensor([1])
     poisoned = attack.poison(data)
     assert poisoned.y_train.tolist() == [0, 1, 7, 6, 0]
     assert poisoned.y_test.tolist() == [0, 1]  # evaluation keeps the true labels
@@ -117,6 +117,34 @@ def test_fedfa_clipping_trimmed_mean_and_fedadam_under_alie_resume_exactly(tiny,
     scalars = events(tmp_path)
     assert [e.value for e in scalars.Scalars("attack/f_t")] != [0.0] * 4
     assert [e.step for e in scalars.Scalars("test/all/acc_mean")] == [2, 4]
+
+
+def test_whole_institutions_turn_byzantine_with_a_hierarchy(tiny, tmp_path):
+    hierarchy = {"num_institutions": 3, "local_rounds": 1}
+    attack = {"class_path": "lightning_fl.aggregation.attacks.SignFlip",
+              "init_args": {"fraction": 0.34, "level": "institution"}}
+    run_4_and_2_plus_2(tiny, tmp_path, **{"model.hierarchy": hierarchy, "model.attack": attack,
+                                          "trainer.callbacks": [{"class_path": "lightning_fl.callbacks.FedAvg"},
+                                                                CHECKPOINT]})
+    scalars = events(tmp_path)
+    # floor(0.34 x 3) = 1 institution of 3, in the server's cohort every round.
+    assert [e.value for e in scalars.Scalars("attack/f_t")] == [1.0] * 4
+    honest, everyone = scalars.Scalars("test/acc_mean")[-1].value, scalars.Scalars("test/all/acc_mean")[-1].value
+    assert honest != everyone
+
+
+def test_institution_attacks_need_a_hierarchy_and_client_attacks_refuse_one(tiny, capsys):
+    institution = {"class_path": "lightning_fl.aggregation.attacks.SignFlip",
+                   "init_args": {"fraction": 0.3, "level": "institution"}}
+    assert run_cli("fit", "--config", str(tiny(**{"model.attack": institution}))) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: model.attack.init_args.level: institution needs model.hierarchy; use level: client")
+    client = {"class_path": "lightning_fl.aggregation.attacks.SignFlip", "init_args": {"fraction": 0.3}}
+    assert run_cli("fit", "--config", str(tiny(**{"model.attack": client,
+                                                  "model.hierarchy": {"num_institutions": 2}}))) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: model.attack.init_args.level: client attacks inside a model.hierarchy are not supported yet; use"
+        " level: institution")
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
