@@ -205,21 +205,3 @@ def test_reduce_needs_an_averaging_aggregation(tiny, capsys) -> None:
     assert run_cli("fit", "--config", str(config)) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("error: model.exchange: reduce needs an aggregation that only averages") and "Scaffold" in last
-
-
-def test_a_composed_pipeline_under_attack_is_the_same_on_two_processes(tmp_path: Path) -> None:
-    # FedFa's weights, clipping, a trimmed mean and FedAdam's server step under ALIE (sequential engine).
-    composed = {"trainer.callbacks": [{"class_path": "lightning_fl.callbacks.FedFa", "init_args": {"server_momentum": 0.0}},
-                                      {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
-                                       "init_args": {"save_last": True, "save_top_k": 0}}],
-                "model.engine": "sequential",
-                "model.attack": {"class_path": "lightning_fl.aggregation.attacks.ALIE", "init_args": {"fraction": 0.25}},
-                "model.aggregation": {"transforms": [{"class_path": "lightning_fl.aggregation.NormClip",
-                                                      "init_args": {"max_norm": 1.0}}],
-                                      "rule": {"class_path": "lightning_fl.aggregation.TrimmedMean"},
-                                      "server_optimizer": {"class_path": "lightning_fl.aggregation.ServerAdam"}}}
-    assert run_cli("fit", "--config", str(_config(tmp_path, "one", **composed))) == 0
-    result = _cli("fit", "--config", str(_config(tmp_path, "two", **composed)), *DDP2)
-    assert result.returncode == 0, result.stderr[-3000:]
-    one, two = _weights(tmp_path, "one"), _weights(tmp_path, "two")
-    assert all(torch.equal(one[k], two[k]) for k in one)
