@@ -9,7 +9,7 @@ from typing_extensions import override
 from lightning_fl.aggregation.pipeline import Combination
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.faults.validation import ConfigError, check_non_negative
-from lightning_fl.functional.qffl import qffl_combination, qffl_step
+from lightning_fl.functional.qffl import qffl_combination
 from lightning_fl.reporting.round_logger import RoundLogger
 from lightning_fl.simulation.callback import AggregationCallback
 from lightning_fl.simulation.federation import Federation
@@ -80,8 +80,8 @@ class QFFL(AggregationCallback):
         if update.loss_before is None:
             raise RuntimeError("q-FFL needs CohortUpdate.loss_before; the engine did not measure it")
         lr = federation.optimizer.lr
-        p, scale = qffl_combination(global_w, update.weights, update.loss_before, lr, self.q)
-        return Combination(p, scale, exact=lambda: qffl_step(global_w, update.weights, update.loss_before, lr, self.q))
+        p, scale, new_w = qffl_combination(global_w, update.weights, update.loss_before, lr, self.q)
+        return Combination(p, scale, exact=lambda: new_w)
 
     @override
     def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,

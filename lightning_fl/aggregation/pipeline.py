@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 
 from lightning_fl.aggregation.attacks import Attack
@@ -27,6 +26,7 @@ from lightning_fl.aggregation.stage import PipelineStage, StageContext
 from lightning_fl.aggregation.transforms import UpdateTransform
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.faults.validation import ConfigError
+from lightning_fl.faults.warn_once import WarnOnce
 from lightning_fl.functional.attacks import attack_masks
 from lightning_fl.functional.robust import RULES, effective_f, meets_requirement
 from lightning_fl.state.init_args import RecordsInitArgs, describe
@@ -89,7 +89,7 @@ class AggregationPipeline(RecordsInitArgs):
         self.f_given, self.f_fraction = f, float(f_fraction)
         self.f = 0 if f is None else f
         self.attack: Attack | None = None  # model.attack, handed over by the round runner
-        self._warned: set[str] = set()
+        self.warn_once = WarnOnce()  # (key, message): each kind of warning once per run
 
     def __eq__(self, other: object) -> bool:
         # The same configuration (stages and their arguments), whatever state the stages have reached.
@@ -151,12 +151,6 @@ class AggregationPipeline(RecordsInitArgs):
                 stage.load_state_dict(state[name])
 
     # ------------------------------------------------------------------ one round
-    def warn_once(self, key: str, message: str) -> None:
-        """``rank_zero_warn(message)`` the first time ``key`` is seen in this run."""
-        if key not in self._warned:
-            self._warned.add(key)
-            rank_zero_warn(message)
-
     def combine(self, global_w: Tensor, update: CohortUpdate, combination: Combination, ctx: StageContext,
                 algorithm: str) -> Tensor:
         """``w_agg = w^t + s R(U', p')`` for ``update``; the algorithm's own aggregate when the pipeline is the identity."""

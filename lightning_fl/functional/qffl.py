@@ -54,19 +54,22 @@ def qffl_step(global_w: Tensor, client_w: Tensor, loss_before: Tensor, lr: float
 
 
 def qffl_combination(global_w: Tensor, client_w: Tensor, loss_before: Tensor, lr: float,
-                     q: float = 1.0) -> tuple[Tensor, Tensor]:
-    """q-FFL as ``(p, s)`` of the aggregation pipeline: ``p_k = F_k^q / sum F^q``, ``s = L sum F^q / sum h``.
+                     q: float = 1.0) -> tuple[Tensor, Tensor, Tensor]:
+    """q-FFL as ``(p, s)`` of the aggregation pipeline, and its own step, from one pass over the updates.
 
-    ``w^t + s sum_k p_k (y_k - w^t)`` is :func:`qffl_step` (to float rounding); a robust rule replaces
-    the weighted sum. ``h`` is always computed from the raw updates.
+    ``p_k = F_k^q / sum F^q`` and ``s = L sum F^q / sum h``: ``w^t + s sum_k p_k (y_k - w^t)`` is the q-FFL
+    step (to float rounding), and a robust rule replaces the weighted sum; ``h`` is always computed from
+    the raw updates. The third value is :func:`qffl_step`'s ``w^{t+1}``, bitwise.
 
     Example:
-        >>> p, s = qffl_combination(torch.zeros(1), torch.tensor([[1.0], [3.0]]), torch.tensor([1.0, 1.0]), 1.0, 0.0)
-        >>> p, s
-        (tensor([0.5000, 0.5000]), tensor(1.))
+        >>> p, s, new_w = qffl_combination(torch.zeros(1), torch.tensor([[1.0], [3.0]]), torch.tensor([1.0, 1.0]),
+        ...                                1.0, 0.0)
+        >>> p, s, new_w
+        (tensor([0.5000, 0.5000]), tensor(1.), tensor([2.]))
     """
-    r, _, h = _terms(global_w, client_w, loss_before, lr, q)
-    return r / r.sum(), (1.0 / lr) * r.sum() / h.sum()
+    r, dw, h = _terms(global_w, client_w, loss_before, lr, q)
+    new_w = global_w - torch.tensordot(r, dw, dims=1) / h.sum()
+    return r / r.sum(), (1.0 / lr) * r.sum() / h.sum(), new_w
 
 
 def _terms(global_w: Tensor, client_w: Tensor, loss_before: Tensor, lr: float, q: float) -> tuple[Tensor, Tensor, Tensor]:

@@ -13,12 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from pytorch_lightning import Callback
-from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 
 from lightning_fl.aggregation.pipeline import AggregationPipeline, Combination
 from lightning_fl.aggregation.server_optimizers import ServerOptimizer, ServerSGD
 from lightning_fl.aggregation.stage import StageContext
+from lightning_fl.faults.warn_once import WarnOnce
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.engines.evaluation import ClientEvaluation
 from lightning_fl.engines.hooks import ClientHooks
@@ -103,7 +103,7 @@ class AggregationCallback(FederatedCallback):
 
     def __init__(self) -> None:
         super().__init__()
-        self._warned: set[str] = set()
+        self._warn = WarnOnce()
         self.server_optimizer: ServerOptimizer = ServerSGD()
         self.pipeline = AggregationPipeline()
 
@@ -166,16 +166,12 @@ class AggregationCallback(FederatedCallback):
 
     def warn_degenerate_once(self, what: str, round_idx: int) -> None:
         """Warn (once per kind) that a weight normalisation fell back to uniform weights (docs/algorithms.md, Server arithmetic)."""
-        if what not in self._warned:
-            self._warned.add(what)
-            rank_zero_warn(f"round {round_idx + 1}: {type(self).__name__} {what} summed to 0/NaN/inf;"
-                           " using uniform weights over the cohort (warned once)")
+        self._warn(what, f"round {round_idx + 1}: {type(self).__name__} {what} summed to 0/NaN/inf; using uniform"
+                         " weights over the cohort (warned once)")
 
     def warn_once(self, what: str, message: str) -> None:
         """``rank_zero_warn(message)`` the first time ``what`` happens."""
-        if what not in self._warned:
-            self._warned.add(what)
-            rank_zero_warn(message)
+        self._warn(what, message)
 
     @property
     def state_key(self) -> str:

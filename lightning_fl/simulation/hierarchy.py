@@ -7,7 +7,6 @@ from typing import Any
 import copy
 
 import torch
-from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor
 
 from lightning_fl.aggregation.pipeline import AggregationPipeline, Combination
@@ -15,6 +14,7 @@ from lightning_fl.aggregation.server_optimizers import ServerSGD
 from lightning_fl.aggregation.stage import StageContext
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.faults.validation import ConfigError, check_choice, check_positive
+from lightning_fl.faults.warn_once import WarnOnce
 from lightning_fl.functional.weights import fedavg_weights, weighted_average
 from lightning_fl.reporting.round_logger import RoundLogger
 from lightning_fl.simulation.fedadp_state import fedadp_step
@@ -48,7 +48,7 @@ class InstitutionAggregation(DeclaredState):
         self.method = method
         self.pipeline = pipeline if pipeline is not None else AggregationPipeline()
         self.pipelines: list[AggregationPipeline] = []
-        self._warned: set[str] = set()
+        self.warn_once = WarnOnce()  # (key, message): each kind of warning once per run
         if method == "fedadp":
             self.add_client_state("smoothed_angle", shape=())  # th_n of every client seen
 
@@ -84,11 +84,6 @@ class InstitutionAggregation(DeclaredState):
         ctx = StageContext(round_idx, update.client_ids, institution_w, seed, pipeline.f, log, self.warn_once)
         w_agg = pipeline.combine(institution_w, update, Combination(p, exact=exact), ctx, "the institution")
         return pipeline.server_optimizer.step(institution_w, w_agg, log)
-
-    def warn_once(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            rank_zero_warn(message)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
