@@ -6,9 +6,11 @@ nothing loops over pairs or coordinates in Python (Bulyan loops over its ``K - 2
 
 Readings documented here:
 
-- Distances are exact differences (``torch.cdist`` without the matrix-product shortcut), so a row's
-  distance to itself is exactly 0 and near ties keep their order; ``distance="gram"`` selects the
-  Gram form ``||a||^2 + ||b||^2 - 2 a.b`` (Flower), faster but prone to cancellation.
+- Distances are exact differences (``torch.nn.functional.pdist``: each pair's sum of squared
+  differences, no matrix-product shortcut, every pair once), so a row's distance to itself is exactly 0
+  and near ties keep their order; ``distance="gram"`` selects the Gram form ``||a||^2 + ||b||^2 - 2 a.b``
+  (Flower), faster but prone to cancellation. ``pdist`` reads each pair of rows once, where
+  ``torch.cdist`` reads every pair twice and is 9x slower at ``K = 100, P = 1.6M``.
 - Every selection uses a stable sort, so ties go to the lower cohort index.
 - The functions return the selected cohort indices beside the aggregate, in increasing order, so the
   caller can log ``robust/byzantine_selected``.
@@ -17,9 +19,11 @@ Readings documented here:
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from lightning_fl.faults.validation import check_choice
+from lightning_fl.functional import robust_columns
 from lightning_fl.functional.robust import _check_stack, check_requirement, coordinate_median
 
 __all__ = [
@@ -57,7 +61,11 @@ def pairwise_sq_distances(U: Tensor, distance: str = "exact") -> Tensor:
     check_choice("distance", distance, DISTANCES)
     _check_stack(U)
     if distance == "exact":
-        return torch.cdist(U, U, compute_mode="donot_use_mm_for_euclid_dist").square()
+        k = U.shape[0]
+        upper = torch.triu_indices(k, k, offset=1, device=U.device)
+        dist = torch.zeros(k, k, dtype=U.dtype, device=U.device)
+        dist[upper[0], upper[1]] = F.pdist(U).square()
+        return dist + dist.T
     sq = U.square().sum(dim=1)
     gram = (sq.unsqueeze(1) + sq.unsqueeze(0) - 2.0 * (U @ U.T)).clamp_min(0.0)
     return gram.fill_diagonal_(0.0)
@@ -206,6 +214,8 @@ def bulyan(U: Tensor, f: int, distance: str = "exact") -> tuple[Tensor, Tensor]:
         active[torch.sort(scores, stable=True).indices[0]] = False
     selected = torch.nonzero(~active).squeeze(1)
     picks = U[selected]
+    if picks.device.type == "cpu" and picks.dtype == torch.float32:
+        return robust_columns.bulyan_closest_mean(picks, theta - 2 * f), selected
     median = coordinate_median(picks)
     closest = torch.sort((picks - median).abs(), dim=0, stable=True).indices[: theta - 2 * f]
     return picks.gather(0, closest).mean(dim=0), selected
