@@ -39,16 +39,19 @@ test: $(STAMP)
 tensorboard: $(STAMP)
 	$(VENV)/bin/tensorboard --logdir $(LOGS)
 
-## compare: FedAvg, FedProx, q-FFL, FedFa-mo and FedFa on one dataset (DATA=synthetic_0_0|..|digits) over SEEDS seeds
-## (a count, default 3, or a list 0,1,2): mean ± std and 95% t intervals per method, curves, client accuracies, wall
-## times in $(LOGS)/compare_$(DATA); ROUNDS=... overrides the rounds, JOBS=... the runs at a time (default: one per
-## core), TUNE=1 first selects every method's hyperparameters on the validation splits (docs/experiments.md;
-## output in $(LOGS)/compare_$(DATA)_tuned). Finished runs are kept.
+## compare: METHODS (name=config pairs; default FedAvg, FedProx, q-FFL, FedFa-mo and FedFa) on one dataset
+## (DATA=synthetic_0_0|synthetic_0.5_0.5|synthetic_1_1|synthetic_iid|digits|fmnist; fmnist needs `make data`) over
+## SEEDS seeds (a count, default 3, or a list 0,1,2): mean ± std and 95% t intervals per method, curves, client
+## accuracies, wall times in $(LOGS)/compare_$(DATA); ROUNDS=... overrides the rounds, JOBS=... the runs at a time
+## (default: one per core), TUNE=1 first selects every method's hyperparameters on the validation splits
+## (docs/experiments.md; output in $(LOGS)/compare_$(DATA)_tuned). Finished runs are kept.
+## Example: make compare DATA=fmnist METHODS="FedAvg=configs/fedavg_synthetic.yaml Scaffold=configs/scaffold_synthetic.yaml"
+METHODS ?= FedAvg=configs/fedavg_synthetic.yaml FedProx=configs/fedprox_synthetic.yaml \
+	q-FFL=configs/qffl_synthetic.yaml FedFa-mo=configs/fedfa_mo_synthetic.yaml FedFa=configs/fedfa_synthetic.yaml
 compare: $(STAMP)
 	$(PY) -m lightning_fl.apps.compare --save-dir $(LOGS)/compare_$(DATA)$(if $(TUNE_ON),_tuned) --data $(DATA) \
 		--seeds $(SEEDS) $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(TUNE_ON),--tune) \
-		FedAvg=configs/fedavg_synthetic.yaml FedProx=configs/fedprox_synthetic.yaml \
-		q-FFL=configs/qffl_synthetic.yaml FedFa-mo=configs/fedfa_mo_synthetic.yaml FedFa=configs/fedfa_synthetic.yaml
+		$(METHODS)
 
 ## robust: FedAvg, FedFa, q-FFL and DWFed under label flipping and ALIE (Byzantine fractions 0, 0.1, 0.2), each with
 ## the weighted mean, a trimmed mean and the geometric median, over SEEDS seeds: honest clients' accuracy with 95%

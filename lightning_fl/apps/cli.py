@@ -13,9 +13,11 @@ from typing import Any, NoReturn
 import torch
 from lightning_fabric.utilities.cloud_io import _is_local_file_protocol
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
+from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
 import lightning_fl.callbacks  # noqa: F401  (registers the default callbacks: FedAvg, FairnessMetrics, the round bar)
 from lightning_fl.aggregation.config_errors import stage_config_error
+from lightning_fl.apps.algorithm_choice import algorithm_names, keep_last_aggregation
 from lightning_fl.datamodules.partitions.config_errors import partition_config_error
 from lightning_fl.faults.checkpoint_io import AtomicCheckpointIO
 from lightning_fl.faults.dead_rank import lost_rank
@@ -97,6 +99,10 @@ class FederatedCLI(LightningCLI):
         kwargs.setdefault("seed_everything_default", 0)
         kwargs.setdefault("auto_configure_optimizers", False)
         kwargs.setdefault("parser_class", FederatedArgumentParser)
+        epilog = (f"Algorithms (trainer.callbacks): {', '.join(algorithm_names())}. Switch a config's with"
+                  " --trainer.callbacks+=NAME (the last one given is the run's); --trainer.callbacks.help NAME"
+                  " lists its options. docs/algorithms.md describes each.")
+        kwargs.setdefault("parser_kwargs", {name: {"epilog": epilog} for name in ("fit", "validate", "test")})
         try:
             super().__init__(FederatedLoop, FederatedDataModule, *args, subclass_mode_data=True, **kwargs)
         except Exception as err:
@@ -150,6 +156,9 @@ class FederatedCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
         trainer = config.get("trainer", {})
+        switched = keep_last_aggregation(trainer)
+        if switched:
+            rank_zero_info(switched)
         check_strategy(trainer.get("strategy", "auto"))
         check_trainer(self.subcommand, trainer)
         check_precision(trainer.get("precision"), trainer.get("accelerator", "auto"))

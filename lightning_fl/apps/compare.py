@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lightning_fl.experiments import GridResult, Run, parse_seeds, run_grid
-from lightning_fl.experiments.launcher import launch
+from lightning_fl.experiments.launcher import RunFailed, launch
 from lightning_fl.experiments.tuning import TUNE_METRICS
 from lightning_fl.faults.validation import ConfigError
 
@@ -36,6 +36,10 @@ DATASETS: dict[str, list[str]] = {
     "digits": ["--data", "lightning_fl.datamodules.DigitsDataModule",
                "--data.partition", "lightning_fl.datamodules.partitions.Dirichlet", "--data.partition.alpha", "0.5",
                "--model.client.init_args.in_features", "64"],
+    # Fashion-MNIST (`make data`), 50 clients, Dirichlet(0.3) label skew, 784 pixels into the configs' model.
+    "fmnist": ["--data", "lightning_fl.datamodules.FashionMNISTDataModule", "--data.num_clients", "50", "--data.flatten", "true",
+               "--data.partition", "lightning_fl.datamodules.partitions.Dirichlet", "--data.partition.alpha", "0.3",
+               "--model.client.init_args.in_features", "784"],
 }
 
 
@@ -81,6 +85,9 @@ def main(argv: list[str] | None = None, launcher: Callable[[Run], float] = launc
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    except RunFailed as err:  # the failed run's own log tail says why; a traceback of the runner would not
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ from lightning_fl.experiments.runs import (
 )
 from lightning_fl.experiments.runs import matches as _same_run
 
-__all__ = ["RunInterrupted", "checkpoint_rounds", "interrupting_signal", "launch", "run_all", "train_in_subprocess"]
+__all__ = ["RunFailed", "RunInterrupted", "checkpoint_rounds", "interrupting_signal", "launch", "run_all", "train_in_subprocess"]
 
 #: Exits that mean "stopped from outside", not "failed": the run is resumed from its checkpoint.
 INTERRUPTING_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGKILL, signal.SIGTERM, signal.SIGUSR1)
@@ -58,6 +58,10 @@ _ALREADY_DONE = "its checkpoint already held every round"
 
 class RunInterrupted(RuntimeError):
     """The launcher is stopping: the run was interrupted and is left to be resumed."""
+
+
+class RunFailed(RuntimeError):
+    """A training process failed; the message names the run, its kept directory and the end of its log."""
 
 
 class _Stop:
@@ -182,7 +186,7 @@ def launch(run: Run, train: Callable[[Run], int] = train_in_subprocess, max_inte
 
     Raises:
         RunInterrupted: The launcher is stopping (its own signal); the run is left resumable.
-        RuntimeError: Training failed (with the end of ``train.log``); the run directory is kept.
+        RunFailed: Training failed (with the end of ``train.log``); the run directory is kept.
     """
     notes: list[str] = []
     checkpoint = _prepare(run, notes)
@@ -213,7 +217,7 @@ def launch(run: Run, train: Callable[[Run], int] = train_in_subprocess, max_inte
             checkpoint, restarted, started = None, True, time.perf_counter()
             continue
         tail = _tail(run.log_dir / "train.log")
-        raise RuntimeError("\n".join([f"{run.method} seed {run.seed} failed (exit {code}; the run directory is kept:"
+        raise RunFailed("\n".join([f"{run.method} seed {run.seed} failed (exit {code}; the run directory is kept:"
                                       f" {run.log_dir}):", *tail]))
     seconds = time.perf_counter() - started
     rounds = checkpoint_rounds(run.log_dir / CHECKPOINT)

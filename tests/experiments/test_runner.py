@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from lightning_fl.apps import compare
+from lightning_fl.experiments.launcher import RunFailed
 from lightning_fl.experiments import run_grid
 from lightning_fl.experiments.launcher import launch
 from lightning_fl.experiments.runs import FINISHED, Run, plan_runs
@@ -143,3 +144,17 @@ def test_bad_arguments_stop_with_one_line_before_training(tmp_path, capsys, argv
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_a_failed_run_ends_the_comparison_with_its_log_tail_not_a_traceback(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.yaml").write_text("seed_everything: 0\n")
+
+    def fails(run: Run) -> float:
+        raise RunFailed(f"{run.method} seed {run.seed} failed (exit 2; the run directory is kept: d):\nerror: bad")
+
+    with pytest.raises(SystemExit) as exit_info:
+        compare.main(["A=x.yaml", "--seeds", "1", "--save-dir", str(tmp_path / "out")], launcher=fails)
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert err == "error: A seed 0 failed (exit 2; the run directory is kept: d):\nerror: bad\n"
