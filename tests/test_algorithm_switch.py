@@ -50,3 +50,18 @@ def test_fit_help_lists_the_algorithms(capsys):
     for name in ("FedAvg", "FedProx", "Scaffold", "FedFa", "QFFL", "DWFed", "FedAdam", "FedNova", "FedDyn", "IGFL"):
         assert name in out
     assert "FairnessMetrics" not in algorithm_names()
+
+
+def test_a_python_trainer_with_two_algorithms_is_still_refused():
+    # Outside the CLI nothing decides which one the user meant: one line, before training.
+    from types import SimpleNamespace
+
+    import pytest
+
+    from lightning_fl.callbacks import FedAvg, FedProx
+    from lightning_fl.faults.validation import ConfigError
+    from lightning_fl.simulation.default_callbacks import callbacks_to_add
+
+    trainer = SimpleNamespace(callbacks=[FedAvg(), FedProx(mu=0.1)], progress_bar_callback=None)
+    with pytest.raises(ConfigError, match="at most one aggregation callback; got FedAvg, FedProx"):
+        callbacks_to_add(trainer)

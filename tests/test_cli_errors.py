@@ -12,7 +12,6 @@ import torch
 
 from tests.conftest import run_cli
 
-AGGREGATORS_TWICE = [{"class_path": "lightning_fl.callbacks.FedAvg"}, {"class_path": "lightning_fl.callbacks.FedProx"}]
 PARTITIONS = "lightning_fl.datamodules.partitions"
 
 
@@ -54,7 +53,6 @@ def digits(partition: object) -> dict:
      "test_fraction"),
     ({"model.client": {"class_path": "lightning_fl.models.LogisticRegression", "init_args": {"in_features": 784}}},
      "model.client input shape (784,) does not match the data's (60,)"),
-    ({"trainer.callbacks": AGGREGATORS_TWICE}, "at most one aggregation callback; got FedAvg, FedProx"),
     ({"trainer.callbacks": [{"class_path": "lightning_fl.callbacks.FedProx", "init_args": {"mu": -1.0}}]},
      "mu must be a finite number >= 0; got -1.0"),
 ])
