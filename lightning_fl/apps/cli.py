@@ -17,6 +17,7 @@ from pytorch_lightning.utilities.rank_zero import rank_zero_info
 
 import lightning_fl.callbacks  # noqa: F401  (registers the default callbacks: FedAvg, FairnessMetrics, the round bar)
 from lightning_fl.aggregation.config_errors import stage_config_error
+from lightning_fl.apps import checkpoint_keywords
 from lightning_fl.apps.algorithm_choice import algorithm_names, keep_last_aggregation
 from lightning_fl.datamodules.partitions.config_errors import partition_config_error
 from lightning_fl.faults.checkpoint_io import AtomicCheckpointIO
@@ -131,6 +132,10 @@ class FederatedCLI(LightningCLI):
         """
         subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if ckpt_path in checkpoint_keywords.KEYWORDS:  # the config's own run, not the new run's empty folder
+            ckpt_path = checkpoint_keywords.resolve(ckpt_path, self.config[subcommand].get("trainer", {}))
+            rank_zero_info(f"--ckpt_path {self.config[subcommand]['ckpt_path']}: {ckpt_path}")
+            self.config[subcommand]["ckpt_path"] = ckpt_path
         if subcommand == "fit" and not ckpt_path:  # a requeued SLURM job goes on where it was stopped
             ckpt_path = requeued_checkpoint(self.config[subcommand].get("trainer", {}).get("default_root_dir"))
             if ckpt_path:
