@@ -65,3 +65,22 @@ def test_best_is_the_monitored_checkpoint_of_the_run(tiny, tmp_path, caplog, cap
     assert run_cli("validate", "--config", str(plain), "--ckpt_path", "best") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "has no ModelCheckpoint with a monitor" in err[0]
+
+
+def test_a_resumed_run_shows_each_round_once_in_tensorboard(tiny, tmp_path):
+    # Rounds 3-4 are logged, then the run resumes from its round-2 checkpoint (as after a kill -9 that
+    # left metrics logged past the last checkpoint): TensorBoard must show rounds 3-4 once, the new ones.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config = tiny()
+    run = tmp_path / "logs" / "run" / "version_0"
+    assert run_cli("fit", "--config", str(config), "--trainer.max_epochs", "2") == 0
+    early = run / "checkpoints" / "round2.ckpt"
+    early.write_bytes((run / "checkpoints" / "last.ckpt").read_bytes())
+    assert run_cli("fit", "--config", str(config), "--ckpt_path", "last") == 0
+    assert run_cli("fit", "--config", str(config), "--ckpt_path", str(early)) == 0
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    events.Reload()
+    for tag in ("train/loss", "round/seconds", "val/acc_mean"):
+        steps = [e.step for e in events.Scalars(tag)]
+        assert steps == sorted(set(steps)) and steps[-1] == 4, (tag, steps)

@@ -146,6 +146,8 @@ class FederatedCLI(LightningCLI):
         checkpoint = AtomicCheckpointIO().load_checkpoint(ckpt_path, map_location="cpu", weights_only=True)
         if subcommand == "fit":
             check_rounds_left(checkpoint, self.config[subcommand].get("trainer", {}), str(ckpt_path))
+            federated = checkpoint.get("federated")
+            self._resumed_rounds = federated.get("rounds_completed") if isinstance(federated, dict) else None
         if checkpoint.get("hyper_parameters"):
             super()._parse_ckpt_path()
 
@@ -168,21 +170,26 @@ class FederatedCLI(LightningCLI):
         check_trainer(self.subcommand, trainer)
         check_precision(trainer.get("precision"), trainer.get("accelerator", "auto"))
         if self.subcommand == "fit" and config.get("ckpt_path"):
-            continue_run_directory(trainer.get("logger"), str(config["ckpt_path"]))
+            continue_run_directory(trainer.get("logger"), str(config["ckpt_path"]),
+                                   getattr(self, "_resumed_rounds", None))
         if self.subcommand in ("validate", "test") and not config.get("ckpt_path"):
             raise ConfigError(f"{self.subcommand} needs --ckpt_path (e.g. <run dir>/checkpoints/last.ckpt): without a"
                               " checkpoint it would score the untrained initial model")
 
 
-def continue_run_directory(logger: Any, ckpt_path: str) -> None:
+def continue_run_directory(logger: Any, ckpt_path: str, rounds: int | None = None) -> None:
     """A resumed run logs on in the run directory of its checkpoint, not in a new ``version_N``.
 
     Applies when ``ckpt_path`` is ``<save_dir>/<name>/version_<N>/checkpoints/<file>`` of the configured
-    TensorBoard or CSV logger and the config names no ``version`` itself.
+    TensorBoard or CSV logger and the config names no ``version`` itself. A TensorBoard logger also gets
+    ``purge_step = rounds + 1``: TensorBoard then drops what the stopped run logged after its
+    checkpoint (the round in progress when it was killed), so every round shows once.
     """
     init_args = getattr(logger, "init_args", None)
     if init_args is None or not str(getattr(logger, "class_path", "")).endswith(("TensorBoardLogger", "CSVLogger")):
         return
+    if isinstance(rounds, int) and str(logger.class_path).endswith("TensorBoardLogger"):
+        init_args["purge_step"] = rounds + 1
     if init_args.get("version") is not None:
         return
     path = Path(ckpt_path).resolve()
