@@ -118,6 +118,22 @@ class FederatedCLI(LightningCLI):
                     raise OutputWriteError(line) from err
             raise
 
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """LightningCLI's ``--optimizer``/``--lr_scheduler`` habits, as the client's ``model.optimizer``/``model.lr_scheduler``.
+
+        The loop has no single optimizer for LightningCLI to configure (each client builds its own from
+        ``model.optimizer``), so the top-level forms a Lightning user types are read as the loop's own.
+        """
+        if isinstance(args, list):
+            super().parse_arguments(parser, [_loop_alias(arg) for arg in args])
+            return
+        argv = sys.argv
+        sys.argv = [argv[0], *(_loop_alias(arg) for arg in argv[1:])]  # LightningCLI reads sys.argv itself
+        try:
+            super().parse_arguments(parser, args)
+        finally:
+            sys.argv = argv
+
     def _set_seed(self) -> None:
         # Lightning seeds before `before_instantiate_classes`; a seed numpy refuses would be a traceback.
         check_seed(self._get(self.config, "seed_everything"))
@@ -175,6 +191,19 @@ class FederatedCLI(LightningCLI):
         if self.subcommand in ("validate", "test") and not config.get("ckpt_path"):
             raise ConfigError(f"{self.subcommand} needs --ckpt_path (e.g. <run dir>/checkpoints/last.ckpt): without a"
                               " checkpoint it would score the untrained initial model")
+
+
+#: Top-level LightningCLI arguments that configure the client training of the loop.
+_LOOP_ALIASES = ("--optimizer", "--lr_scheduler")
+
+
+def _loop_alias(arg: Any) -> Any:
+    """``--optimizer...`` -> ``--model.optimizer...`` (and ``--lr_scheduler``); anything else unchanged."""
+    if isinstance(arg, str):
+        for alias in _LOOP_ALIASES:
+            if arg == alias or arg.startswith((f"{alias}.", f"{alias}=", f"{alias}+")):
+                return f"--model.{arg[2:]}"
+    return arg
 
 
 def continue_run_directory(logger: Any, ckpt_path: str, rounds: int | None = None) -> None:

@@ -74,6 +74,17 @@ def step_function(optimizer: Optimizer) -> Callable[[], Any]:
     return lambda: inner(optimizer)
 
 
+def load_state(optimizer: Optimizer, state: dict[str, Any], lr: float) -> None:
+    """Load a kept client optimizer ``state``, at this round's learning rate ``lr``.
+
+    A saved ``param_groups`` holds the rate of the round it was saved in; with a per-round schedule
+    (``model.lr_scheduler``) the client trains at the current one.
+    """
+    optimizer.load_state_dict(state)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
 def _is_row_state(value: Any, leaf: Tensor) -> bool:
     """Whether a stacked state entry holds one row per client (vs. a shared scalar)."""
     return isinstance(value, Tensor) and value.dim() > 0 and value.shape == leaf.shape

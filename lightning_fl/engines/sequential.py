@@ -13,6 +13,7 @@ from lightning_fl.engines.base import ClientEngine, epoch_permutation
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.engines.local_step import LocalStep, LossTerm, StepTarget
+from lightning_fl.engines.optimizers import load_state
 from lightning_fl.models.base import ClientModule
 from lightning_fl.state.client_state import ClientStateStore
 from lightning_fl.state.data import FederatedData
@@ -76,7 +77,7 @@ class SequentialEngine(ClientEngine):
         optimizer = plan.optimizer_factory([p for _, p in self._named])
         saved = self.store.optimizer_state(client_id)
         if saved is not None:
-            optimizer.load_state_dict(saved)
+            load_state(optimizer, saved, plan.lr)
         local_step = LocalStep(hooks, optimizer, self._make_scaler())
         target = _WorkingModule(self.work, self._named)
         hooks.on_local_train_start(ctx)

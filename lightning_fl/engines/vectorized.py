@@ -36,6 +36,7 @@ from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.engines.local_step import LocalStep, LossTerm, StepTarget
 from lightning_fl.engines.optimizers import (
     client_state,
+    load_state,
     narrow_leaves,
     optimizer_problem,
     stack_states,
@@ -185,7 +186,7 @@ class VectorizedEngine(ClientEngine):
         leaves = [full[n].detach().requires_grad_(trainable) for n, trainable in self._named]
         optimizer = plan.optimizer_factory(leaves)
         if saved is not None:
-            optimizer.load_state_dict(stack_states(saved, [p.shape for p in self.model.parameters()]))
+            load_state(optimizer, stack_states(saved, [p.shape for p in self.model.parameters()]), plan.lr)
         hooks.on_local_train_start(chunk)
         # The hand-written path needs no autograd graph (a hook's loss term enables it locally).
         with torch.no_grad() if fused else torch.enable_grad():

@@ -202,6 +202,14 @@ class RoundLogger:
         for writer in self._tensorboards():
             writer.add_text(tag, text, self.step)
 
+    def log_partition(self, datamodule: Any) -> None:
+        """The partition of a federated datamodule: label heat map, EMD and size histograms, a summary."""
+        self.log_figure("data/label_distribution_figure", datamodule.partition_figure())
+        self.log_histogram("data/client_emd", datamodule.emd_to_population())
+        self.log_histogram("data/client_train_size", datamodule.data.train_sizes().float())
+        summary = datamodule.partition_summary()
+        self.log_text("data/summary", "\n".join(f"- {k}: {v}" for k, v in summary.items()))
+
     def _tensorboards(self) -> list[Any]:
         return [logger.experiment for logger in self.loggers if isinstance(logger, TensorBoardLogger)]
 

@@ -16,6 +16,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from lightning_fl.engines.evaluation import GlobalModelView
+from lightning_fl.simulation.lr_schedule import ClientLrSchedule
 from lightning_fl.state.flat_state import FlatStateLayout
 
 
@@ -24,17 +25,24 @@ class ClientOptimizer:
     """Facts about the configured client optimizer (``model.optimizer``).
 
     Attributes:
-        factory: Builds the optimizer from parameters.
-        lr: Its learning rate ``eta_l``.
+        factory: Builds the optimizer from parameters (at the configured ``lr``).
+        base_lr: Its configured learning rate.
         momentum: Its ``momentum`` (0 when it has none).
         keeps_state: Whether each client's optimizer state is kept between its participations
             (``model.keep_client_optimizer_state``).
+        schedule: The per-round schedule of the learning rate (``model.lr_scheduler``), if any.
     """
 
     factory: Callable[[Iterable[Tensor]], Optimizer]
-    lr: float
+    base_lr: float
     momentum: float = 0.0
     keeps_state: bool = False
+    schedule: ClientLrSchedule | None = None
+
+    @property
+    def lr(self) -> float:
+        """The learning rate ``eta_l`` of the current round (``base_lr`` without a schedule)."""
+        return self.base_lr if self.schedule is None else self.schedule.lr()
 
     def probe(self) -> Optimizer:
         """The optimizer built on a dummy parameter, to read its class and ``defaults``."""

@@ -10,7 +10,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning import LightningModule
-from pytorch_lightning.cli import OptimizerCallable
+from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
 from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
@@ -38,6 +38,7 @@ from lightning_fl.simulation.hierarchy import Hierarchy
 from lightning_fl.simulation.hparams import write_hparams
 from lightning_fl.simulation.loop_checkpoint import CheckpointHooks
 from lightning_fl.simulation.loop_evaluation import EvaluationHooks
+from lightning_fl.simulation.lr_schedule import ClientLrSchedule
 from lightning_fl.simulation.rounds import RoundRunner
 from lightning_fl.simulation.run_checks import (
     SUPPORTED_PRECISIONS,
@@ -96,6 +97,9 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             (``clients_per_round`` and ``sampling`` do not apply) and the aggregation callback combines
             institution models.
         keep_client_optimizer_state: Keep each client's optimizer state between its participations.
+        lr_scheduler: A ``torch.optim.lr_scheduler`` class stepped once per round: round ``t``'s clients
+            train at its rate after ``t`` steps (``--lr_scheduler ExponentialLR --lr_scheduler.gamma 0.99``;
+            docs/algorithms.md, Local training). Logged as ``train/lr``.
         eval_batch_size: Samples per forward pass when evaluating all clients.
         client_state: Where callbacks' per-client state (SCAFFOLD controls, IGFL deltas, ...) lives:
             ``memory`` (default) or ``disk``, append-only files under ``<run dir>/client_state`` read
@@ -167,6 +171,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         resume_despite_changes: bool = False,
         aggregation: AggregationPipeline | None = None,
         attack: Attack | None = None,
+        lr_scheduler: LRSchedulerCallable | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(client, ClientModule):
@@ -214,6 +219,8 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         self.resume_despite_changes = resume_despite_changes
         self.aggregation = aggregation if aggregation is not None else AggregationPipeline()
         self.attack = attack
+        self.lr_scheduler = lr_scheduler
+        self.lr_schedule: ClientLrSchedule | None = None
         self.honest_clients: Tensor | None = None  # (N,) bool with an attack: whose metrics are the headline
         self._data_sha: str | None = None
         self.collective_timeout = float(collective_timeout)
@@ -269,6 +276,8 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         if self.system is not None:
             self.system.setup(data.num_clients, self.seed, self.local_epochs, self.batch_size, data.train_sizes(),
                               model_bytes=self.layout.numel * 4)
+        if self.lr_scheduler is not None:
+            self.lr_schedule = ClientLrSchedule(self.lr_scheduler, self.optimizer_factory)
         plan = LocalTrainingPlan(self.optimizer_factory, self.local_epochs, self.batch_size, self.seed,
                                  self.client_lr, precision, self.max_parallel_clients)
         self.engine: ClientEngine = build_engine(self.engine_name, plan, self.model, self.trainer.strategy.root_device)
@@ -280,7 +289,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             num_clients=data.num_clients, num_classes=data.num_classes, layout=self.layout,
             trainable=frozenset(n for n, p in self.model.named_parameters() if p.requires_grad),
             optimizer=ClientOptimizer(self.optimizer_factory, self.client_lr, self.client_momentum,
-                                      self.keep_client_optimizer_state),
+                                      self.keep_client_optimizer_state, self.lr_schedule),
             label_histograms=data.label_histograms("train").cpu(), train_sizes=data.train_sizes().cpu(),
             hierarchy=None if self.hierarchy is None else HierarchyView(tuple(self.hierarchy.members),
                                                                         self.hierarchy.local_rounds),
@@ -331,7 +340,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             write_hparams(self.loggers, self.federation.aggregation,
                           {**self._run_config(), "rounds": self.trainer.max_epochs})
         if self.rounds_completed == 0:
-            self._log_partition()
+            RoundLogger(self.loggers, step=0, outputs=self.run_outputs).log_partition(self.trainer.datamodule)
 
     @override
     def on_train_start(self) -> None:
@@ -354,7 +363,11 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         started = time.perf_counter()
         torch.manual_seed(derive_seed(self.seed, "torch", round_idx))  # dropout etc. replay on resume
         log = self.round_logger(round_idx + 1)
+        if self.lr_schedule is not None:  # this round's client learning rate, in every engine
+            log.log_scalars({"train/lr": self.lr_schedule.apply(self.engine, self.optimizer_factory)})
         result = self.rounds.run(round_idx, log)
+        if self.lr_schedule is not None:
+            self.lr_schedule.step()
         self._count_server_step()
         self.rounds_completed = round_idx + 1
         if result is None:  # an empty round (model.system): nothing trained, nothing to aggregate
@@ -381,12 +394,3 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
     def _monitor(self, name: str, value: float, prog_bar: bool) -> None:
         # logger=False: the loggers already got the value with the round as step.
         self.log(name, value, logger=False, prog_bar=prog_bar, batch_size=1)
-
-    def _log_partition(self) -> None:
-        datamodule = self.trainer.datamodule
-        log = RoundLogger(self.loggers, step=0, outputs=self.run_outputs)
-        log.log_figure("data/label_distribution_figure", datamodule.partition_figure())
-        log.log_histogram("data/client_emd", datamodule.emd_to_population())
-        log.log_histogram("data/client_train_size", datamodule.data.train_sizes().float())
-        summary = datamodule.partition_summary()
-        log.log_text("data/summary", "\n".join(f"- {k}: {v}" for k, v in summary.items()))

@@ -30,6 +30,7 @@ class CheckpointHooks(LightningModule):
             "clients": self.store.state_dict(),
             "hierarchy": None if self.hierarchy is None else self.hierarchy.state_dict(),
             "system": None if self.system is None else self.system.state_dict(),
+            "lr_schedule": None if self.lr_schedule is None else self.lr_schedule.state_dict(),
             "run_config": self._run_config(),
         }
 
@@ -62,5 +63,10 @@ class CheckpointHooks(LightningModule):
                               " simulated clients and clock cannot be resumed otherwise)")
         if self.system is not None:
             self.system.load_state_dict(state["system"])
+        if self.lr_schedule is not None and state.get("lr_schedule") is not None:
+            self.lr_schedule.load_state_dict(state["lr_schedule"])
+        elif self.lr_schedule is not None:  # the run had none (resumed despite the change): the schedule
+            for _ in range(self.rounds_completed):  # is where it would be after the rounds already trained
+                self.lr_schedule.step()
 
 

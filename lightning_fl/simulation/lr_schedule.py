@@ -1,0 +1,98 @@
+"""A client learning rate that changes from round to round (``model.lr_scheduler``).
+
+FL papers decay the client learning rate per round (``lr_t = lr_0 gamma^t`` in SCAFFOLD's and FedDyn's
+experiments). The schedule is any ``torch.optim.lr_scheduler`` class, configured the LightningCLI way
+(``--lr_scheduler ExponentialLR --lr_scheduler.gamma 0.99``, or ``model.lr_scheduler`` in YAML) and
+stepped once per round: round ``t`` trains every client with the learning rate the scheduler gives
+after ``t`` steps. The scheduler runs on a stand-in optimizer built by the client optimizer's own
+factory, so ``base_lrs`` are the configured ``lr``; every engine then builds its client optimizers
+with the round's rate (:meth:`ClientLrSchedule.factory`), so the engines and any number of processes
+agree, and the scheduler's state is checkpointed, so a resumed run continues the schedule exactly.
+
+Schedules that need a monitored metric (``ReduceLROnPlateau``) are refused: a per-round client
+schedule has no metric of its own (docs/algorithms.md, Local training).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+from lightning_fl.faults.validation import ConfigError
+
+__all__ = ["ClientLrSchedule", "with_lr"]
+
+OptimizerFactory = Callable[[Iterable[Tensor]], Optimizer]
+
+
+def with_lr(factory: OptimizerFactory, lr: float) -> OptimizerFactory:
+    """``factory`` whose optimizers start with learning rate ``lr`` in every parameter group."""
+    def build(params: Iterable[Tensor]) -> Optimizer:
+        optimizer = factory(params)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        return optimizer
+    return build
+
+
+class ClientLrSchedule:
+    """The per-round client learning rate from a ``torch.optim.lr_scheduler`` (see the module docstring).
+
+    Args:
+        scheduler: Builds the scheduler from an optimizer (``model.lr_scheduler``).
+        optimizer: The client optimizer's factory (``model.optimizer``).
+
+    Raises:
+        ConfigError: If the scheduler cannot be built on the client optimizer or needs a metric.
+    """
+
+    def __init__(self, scheduler: Callable[[Optimizer], Any], optimizer: OptimizerFactory) -> None:
+        self._optimizer = optimizer([torch.nn.Parameter(torch.zeros(1))])
+        try:
+            self._scheduler = scheduler(self._optimizer)
+        except Exception as err:  # noqa: BLE001 - a scheduler that cannot be built is a config error
+            raise ConfigError(f"model.lr_scheduler cannot be built on the client optimizer: {err}") from err
+        if isinstance(self._scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            raise ConfigError("model.lr_scheduler: ReduceLROnPlateau needs a monitored metric, which a per-round client"
+                              " schedule does not have; use StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR,"
+                              " LambdaLR or another scheduler stepped by count")
+        if not isinstance(self._scheduler, torch.optim.lr_scheduler.LRScheduler):
+            raise ConfigError(f"model.lr_scheduler must build a torch.optim.lr_scheduler.LRScheduler; got"
+                              f" {type(self._scheduler).__name__}")
+
+        # Its settings before the first step (what a resumed run must share), e.g. gamma, base_lrs.
+        self.settings = {"class": type(self._scheduler).__name__,
+                         **{k: v for k, v in self._scheduler.state_dict().items()
+                            if not k.startswith("_") and k not in ("last_epoch", "verbose")}}
+
+    def lr(self) -> float:
+        """The learning rate of the coming round."""
+        return float(self._optimizer.param_groups[0]["lr"])
+
+    def apply(self, engine: Any, optimizer: OptimizerFactory) -> float:
+        """Give ``engine`` this round's rate (its plan's ``lr`` and client optimizers); returns the rate."""
+        lr = self.lr()
+        engine.plan = replace(engine.plan, lr=lr, optimizer_factory=with_lr(optimizer, lr))
+        return lr
+
+    def step(self) -> None:
+        """Advance one round (after the round's training)."""
+        # The stand-in optimizer has no gradients: its step changes nothing, and it tells the scheduler
+        # that an optimizer step came first (torch warns otherwise).
+        self._optimizer.step()
+        self._scheduler.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The scheduler's state and the current learning rate (the scheduler's own state lacks the latter)."""
+        return {"scheduler": self._scheduler.state_dict(), "lr": self.lr()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue where ``state`` (from :meth:`state_dict`) left off."""
+        self._scheduler.load_state_dict(state["scheduler"])
+        for group in self._optimizer.param_groups:
+            group["lr"] = float(state["lr"])
