@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from tensorboard import context
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 
@@ -134,6 +135,16 @@ def test_the_hparams_tab_lists_the_settings_and_the_fairness_metrics(tmp_path):
     assert session["rounds"].number_value == ROUNDS
     metrics = {m.name.tag for m in data["_hparams_/experiment"].experiment.metric_infos}
     assert {"val/acc_mean", "test/acc_mean", "test/acc_worst20", "test/acc_var"} <= metrics
+    # Every run declares the same columns (TensorBoard shows the first declaration it finds), so the
+    # algorithm's arguments share one column; the first five by name are the ones ticked by default.
+    declared = [h.name for h in data["_hparams_/experiment"].experiment.hparam_infos]
+    assert sorted(declared)[:5] == ["algorithm", "algorithm.args", "client.optimizer", "data.partition", "data.set"]
+    assert session["algorithm.args"].string_value.startswith("alpha=0.5, beta=0.5")
+    assert session["client.optimizer"].string_value == "SGD(lr=0.01, momentum=0.5)"
+    first = [m.name.tag for m in data["_hparams_/experiment"].experiment.metric_infos][:2]
+    assert first == ["test/acc_mean", "test/acc_worst20"]
+    saved = yaml.safe_load((run / "hparams.yaml").read_text())  # Lightning's file holds the settings
+    assert saved["callbacks.FedFa.alpha"] == 0.5 and saved["algorithm"] == "FedFa"
     # TensorBoard fills the table from the run's own scalars under those tags (no placeholder values).
     scalars = plugin_tags(run)["scalars"]
     assert scalars["test/acc_mean"].max_step == ROUNDS
