@@ -122,10 +122,28 @@ def plan_runs(methods: Mapping[str, str], seeds: Iterable[int], save_dir: Path, 
     return runs
 
 
-def identity(run: Run) -> dict:
-    """What makes two attempts the same run: its command and its config file's sha256."""
+def config_digest(path: Path) -> str:
+    """sha256 of a YAML config's *contents*: its parsed values with sorted keys, so comments, key order,
+    quoting and layout do not count (the file's bytes when it is not valid YAML)."""
+    text = path.read_bytes()
+    try:
+        values = yaml.safe_load(text)
+        canonical = json.dumps(values, sort_keys=True, default=str).encode()
+    except (yaml.YAMLError, TypeError, ValueError):
+        canonical = text
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def _bytes_digest(run: Run) -> str | None:
+    """The digest markers recorded before :func:`config_digest` (the file's bytes)."""
     config = Path(run.config)
-    digest = hashlib.sha256(config.read_bytes()).hexdigest() if run.config and config.is_file() else None
+    return hashlib.sha256(config.read_bytes()).hexdigest() if run.config and config.is_file() else None
+
+
+def identity(run: Run) -> dict:
+    """What makes two attempts the same run: its command and its config's contents (:func:`config_digest`)."""
+    config = Path(run.config)
+    digest = config_digest(config) if run.config and config.is_file() else None
     return {"command": list(run.command), "config_sha256": digest}
 
 
@@ -136,9 +154,12 @@ def matches(marker: Path, run: Run) -> bool:
     except (OSError, ValueError):  # missing, unreadable or damaged: not a record of this run
         return False
     current = identity(run)
-    # Markers written before config digests were recorded match on the command alone.
-    return isinstance(recorded, dict) and recorded.get("command") == current["command"] and \
-        recorded.get("config_sha256", current["config_sha256"]) == current["config_sha256"]
+    if not isinstance(recorded, dict) or recorded.get("command") != current["command"]:
+        return False
+    # Markers written before config digests were recorded match on the command alone; those written
+    # before digests of the contents, on the file's bytes.
+    digest = recorded.get("config_sha256", current["config_sha256"])
+    return digest == current["config_sha256"] or digest == _bytes_digest(run)
 
 
 def output_digests(run: Run) -> dict[str, str]:

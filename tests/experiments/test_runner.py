@@ -43,9 +43,33 @@ def test_finished_runs_are_kept_and_only_missing_or_changed_ones_run_again(tmp_p
     grid()
     assert trained == ["B/seed_1"]
     trained.clear()
+    # A comment, another key order or quoting: the same configuration, nothing is retrained.
+    text = Path(configs["B"]).read_text()
+    Path(configs["B"]).write_text("# a note on this config\n" + text.replace("lr: 0.05", "lr: 0.050  # tuned"))
+    grid()
+    assert trained == []
     Path(configs["A"]).write_text(Path(configs["A"]).read_text().replace("lr: 0.05", "lr: 0.1"))  # A changed
     grid()
     assert trained == ["A/seed_0", "A/seed_1"]
+
+
+def test_markers_of_the_file_bytes_digest_still_match(tmp_path):
+    # finished.json written before digests of the contents recorded the file's sha256.
+    import hashlib
+    import json
+
+    config = write_config(tmp_path / "A.yaml", tiny_config(tmp_path))
+    trained: list[str] = []
+    grid = partial(run_grid, {"A": str(config)}, [0], tmp_path / "out", 1, launcher=partial(launch, train=partial(
+        _fake_train, trained=trained)))
+    grid()
+    marker = tmp_path / "out" / "A" / "seed_0" / FINISHED
+    recorded = json.loads(marker.read_text())
+    recorded["config_sha256"] = hashlib.sha256(config.read_bytes()).hexdigest()
+    marker.write_text(json.dumps(recorded))
+    trained.clear()
+    grid()
+    assert trained == []
 
 
 def _train_in_process(run: Run) -> int:
