@@ -26,6 +26,7 @@ from lightning_fl.callbacks.igfl_client import IGFLClient
 from lightning_fl.callbacks.igfl_server import IGFLServer
 from lightning_fl.callbacks.model_divergence import ModelDivergence
 from lightning_fl.callbacks.qffl import QFFL
+from lightning_fl.callbacks.round_lines import RoundLines
 from lightning_fl.callbacks.round_progress import RoundProgressBar
 from lightning_fl.callbacks.rounds_to_target import RoundsToTarget
 from lightning_fl.callbacks.scaffold import Scaffold
@@ -53,10 +54,11 @@ __all__ = [
     "FedYogi",
     "GlobalTrainLoss",
     "ModelDivergence",
+    "RoundLines",
     "RoundProgressBar",
     "RoundsToTarget",
     "Scaffold",
     "Tempo",
 ]
 
-register_defaults(aggregation=FedAvg, metrics=FairnessMetrics, progress_bar=RoundProgressBar)
+register_defaults(aggregation=FedAvg, metrics=FairnessMetrics, progress_bar=RoundProgressBar, round_lines=RoundLines)

@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+from lightning_fl.experiments.progress import RunProgress
 from lightning_fl.experiments.runs import (
     CHECKPOINT,
     FINISHED,
@@ -47,6 +48,7 @@ from lightning_fl.experiments.runs import (
     resumable_checkpoint,
 )
 from lightning_fl.experiments.runs import matches as _same_run
+from lightning_fl.simulation.default_callbacks import ROUND_LINES_ENVIRONMENT
 
 __all__ = ["RunFailed", "RunInterrupted", "checkpoint_rounds", "interrupting_signal", "launch", "run_all", "train_in_subprocess"]
 
@@ -115,6 +117,7 @@ def train_in_subprocess(run: Run) -> int:
     launcher, rather than twice (a second signal would stop it without finishing its round).
     """
     command, env = [sys.executable, *run.command], dict(os.environ)
+    env[ROUND_LINES_ENVIRONMENT] = "1"  # a line per round in train.log, for the progress display
     if run.threads is not None:
         env["OMP_NUM_THREADS"] = str(run.threads)  # also the threads of numpy and of torch's inter-op pool
         if "--model.cpu_threads" not in command:
@@ -250,14 +253,20 @@ def run_all(runs: Sequence[Run], jobs: int = 2, launcher: Callable[[Run], float]
     todo = [run for run in runs if run not in kept]
     outcome = {run: "finished before, kept" for run in kept}
     failed: dict[Run, str] = {}
+    progress = RunProgress(runs, len(kept))
 
     def one(run: Run) -> None:
         if _STOP.signum is not None:
             outcome[run] = "not started (stopping)"
             return
-        print(f"{run.name}: running, log in {run.log_dir}", flush=True)
+        rounds = checkpoint_rounds(resumable_checkpoint(run)) if resumable_checkpoint(run) else None
+        how = f"resuming from round {rounds}" if rounds else "running"
+        progress.say(f"{run.name}: {how}, log in {run.log_dir / 'train.log'}")
+        progress.started(run)
+        trained = False
         try:
             seconds = launcher(run)
+            trained = True
         except RunInterrupted as err:
             outcome[run] = f"interrupted {err}"
             return
@@ -266,10 +275,12 @@ def run_all(runs: Sequence[Run], jobs: int = 2, launcher: Callable[[Run], float]
             if not keep_going:
                 raise
             failed[run] = str(err)
-            print(f"{run.name}: failed, skipped (see {run.log_dir / 'train.log'})", flush=True)
+            progress.say(f"{run.name}: failed, skipped (see {run.log_dir / 'train.log'})")
             return
+        finally:
+            progress.ended(run, trained)
         outcome[run] = _finished_summary(run, seconds)
-        print(f"{run.name}: done in {seconds:.1f} s", flush=True)
+        progress.say(f"{run.name}: done in {seconds:.1f} s")
 
     previous = _watch_signals()
     try:
@@ -287,6 +298,7 @@ def run_all(runs: Sequence[Run], jobs: int = 2, launcher: Callable[[Run], float]
                     raise
     finally:
         _restore_signals(previous)
+        progress.close()
         print("Runs:\n" + "\n".join(f"  {run.name}: {outcome.get(run, 'not started')}" for run in runs), flush=True)
     if _STOP.signum is not None:
         signum, _STOP.signum = _STOP.signum, None

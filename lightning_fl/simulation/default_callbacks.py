@@ -8,6 +8,7 @@ A Python script that builds a ``Trainer`` with no aggregation callback and never
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytorch_lightning as pl
@@ -17,7 +18,9 @@ from lightning_fl.simulation.callback import AggregationCallback
 
 #: Kind -> the default callback's class (``aggregation``, ``metrics``, ``progress_bar``).
 _DEFAULTS: dict[str, Callable[[], pl.Callback]] = {}
-KINDS = ("aggregation", "metrics", "progress_bar")
+KINDS = ("aggregation", "metrics", "progress_bar", "round_lines")
+#: With progress bars off, this environment variable set to 1 adds the ``round_lines`` default (a line per round).
+ROUND_LINES_ENVIRONMENT = "LIGHTNING_FL_ROUND_LINES"
 
 
 def register_defaults(**classes: type[pl.Callback]) -> None:
@@ -45,6 +48,10 @@ def callbacks_to_add(trainer: pl.Trainer) -> list[pl.Callback]:
         # One bar over the rounds replaces Lightning's per-epoch bar (a round is one batch);
         # nothing is added when the user turned bars off (trainer.enable_progress_bar: false).
         added.append(default_bar())
+    lines = _DEFAULTS.get("round_lines")
+    if bar is None and lines is not None and os.environ.get(ROUND_LINES_ENVIRONMENT) == "1" and \
+            not any(isinstance(c, lines) for c in existing):
+        added.append(lines())
     for kind in ("aggregation", "metrics"):
         cls = _DEFAULTS.get(kind)
         if cls is None or any(isinstance(c, cls) for c in existing) or (kind == "aggregation" and aggregators):
@@ -53,4 +60,4 @@ def callbacks_to_add(trainer: pl.Trainer) -> list[pl.Callback]:
     return added
 
 
-__all__ = ["KINDS", "callbacks_to_add", "register_defaults"]
+__all__ = ["KINDS", "ROUND_LINES_ENVIRONMENT", "callbacks_to_add", "register_defaults"]

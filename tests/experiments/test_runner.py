@@ -182,3 +182,26 @@ def test_a_failed_run_ends_the_comparison_with_its_log_tail_not_a_traceback(tmp_
     assert exit_info.value.code == 1
     err = capsys.readouterr().err
     assert err == "error: A seed 0 failed (exit 2; the run directory is kept: d):\nerror: bad\n"
+
+
+def test_the_progress_display_reads_the_last_round_line(tmp_path):
+    from lightning_fl.experiments.progress import latest_round
+
+    log = tmp_path / "train.log"
+    assert latest_round(log) is None  # not started yet
+    log.write_text("Seed set to 0\nround 1/60 (0.31 s)\nsome warning\nround 2/60 (0.30 s)\nRounds: 3%|\n")
+    assert latest_round(log) == "2/60"
+    log.write_text("x" * 10_000 + "\nround 17/200 (0.1 s)\n")  # only the end of a long log is read
+    assert latest_round(log) == "17/200"
+
+
+def test_runs_started_by_the_runner_log_a_line_per_round(tiny, monkeypatch, capsys):
+    from lightning_fl.simulation.default_callbacks import ROUND_LINES_ENVIRONMENT
+
+    config = tiny(**{"trainer.enable_progress_bar": False, "trainer.max_epochs": 3})
+    assert run_cli("fit", "--config", str(config)) == 0
+    assert "round 1/3" not in capsys.readouterr().out  # a user's run with bars off stays quiet
+    monkeypatch.setenv(ROUND_LINES_ENVIRONMENT, "1")
+    assert run_cli("fit", "--config", str(config)) == 0
+    lines = [line.split(" (")[0] for line in capsys.readouterr().out.splitlines() if line.startswith("round ")]
+    assert lines == ["round 1/3", "round 2/3", "round 3/3"]

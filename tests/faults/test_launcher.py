@@ -170,7 +170,7 @@ def test_exit_codes_that_mean_interrupted():
         ["SIGKILL", "SIGTERM", "SIGTERM", "SIGINT", "SIGUSR1", "SIGKILL", None, None, None, None]
 
 
-def test_sigterm_to_the_launcher_stops_its_runs_after_their_round_and_the_same_command_resumes_them(tmp_path):
+def test_sigterm_to_the_launcher_stops_its_runs_after_their_round_and_the_same_command_resumes_them(tmp_path, capsys):
     config = tiny_config(tmp_path, **{"trainer.max_epochs": 400, "trainer.check_val_every_n_epoch": 100})
     path = write_config(tmp_path / "long.yaml", config)
     script = ("import sys; from lightning_fl.experiments.launcher import run_all; from lightning_fl.experiments.runs"
@@ -194,6 +194,13 @@ def test_sigterm_to_the_launcher_stops_its_runs_after_their_round_and_the_same_c
     assert "error: stopped by SIGTERM; " in log and "Traceback" not in log  # the training process stopped cleanly
     rounds = AtomicCheckpointIO().load_checkpoint(checkpoint)["federated"]["rounds_completed"]
     assert 1 <= rounds < 400 and not (checkpoint.parent.parent / FINISHED).exists()
+    assert f"round {rounds}/400 (" in log  # the runner's processes log a line per round
+    # The same command says it resumes (here without training: the launcher is a stand-in).
+    from lightning_fl.experiments.launcher import run_all
+    from lightning_fl.experiments.runs import plan_runs as plan
+    capsys.readouterr()
+    run_all(plan({"long": str(path)}, [0], tmp_path / "out"), jobs=1, launcher=lambda run: 0.0)
+    assert f"long/seed_0: resuming from round {rounds}, log in " in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "delete"])
