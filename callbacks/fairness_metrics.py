@@ -31,6 +31,7 @@ from lightning_fl.reporting.tables import (
 )
 from lightning_fl.simulation.callback import FederatedCallback
 from lightning_fl.simulation.federation import Federation
+from lightning_fl.reporting.run_directory import run_directory
 
 #: Metrics averaged over the last 10% of rounds (IGFL's tables), logged as ``test/<key>_last10pct``.
 _LAST_ROUNDS_KEYS = ("acc_mean", "acc_pooled")
@@ -166,7 +167,7 @@ class FairnessMetrics(FederatedCallback):
         splits = "client test splits" if not self._left_out else \
             f"honest clients' test splits; the {self._left_out} Byzantine clients are in test/all/*"
         rank_zero_info(f"\nFairness of the global model after {row['round']} rounds ({splits}):\n{table}{note}")
-        log_dir = trainer.log_dir  # a collective with several processes: every rank asks once
+        log_dir = run_directory(trainer)  # a collective with several processes: every rank asks once
         if not log_dir or trainer.global_rank != 0:
             return
         with writing(log_dir, "the run folder"):

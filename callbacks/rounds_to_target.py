@@ -16,6 +16,7 @@ from lightning_fl.faults.validation import ConfigError, check_choice
 from lightning_fl.faults.write_failures import writing
 from lightning_fl.reporting.round_logger import RoundLogger
 from lightning_fl.simulation.callback import FederatedCallback
+from lightning_fl.reporting.run_directory import run_directory
 
 
 class RoundsToTarget(FederatedCallback):
@@ -88,7 +89,7 @@ class RoundsToTarget(FederatedCallback):
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.global_step > 0:  # the final model's evaluation (when its round was not evaluated before)
             self._check(trainer, pl_module, evaluated=True)
-        log_dir = trainer.log_dir  # a collective with several processes: every rank asks once
+        log_dir = run_directory(trainer)  # a collective with several processes: every rank asks once
         if log_dir and trainer.global_rank == 0:  # one file, whatever the number of processes
             path = os.path.join(log_dir, "rounds_to_target.json")
             with writing(path, "the rounds-to-target result"):

@@ -31,7 +31,7 @@ from lightning_fl.simulation.distributed import RankFailure
 from lightning_fl.simulation.loop import FederatedLoop
 from lightning_fl.simulation.out_of_memory import OutOfMemory, explain_out_of_memory, memory_failure
 from lightning_fl.simulation.run_checks import (check_precision, check_seed, check_strategy, check_trainer,
-                                                non_finite_error)
+                                                missing_package_error, non_finite_error)
 
 # One "batch" (a round ticket) per epoch by design: no workers needed, nothing to log per batch.
 # With several processes every rank computes the same metrics from the same gathered results (the
@@ -78,7 +78,8 @@ class FederatedArgumentParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         # Nested parsers (exit_on_error off) only pass the report up; translate where it would be printed.
         if self.exit_on_error:
-            partition = partition_config_error(message) or stage_config_error(message) or non_finite_error(message)
+            partition = (partition_config_error(message) or stage_config_error(message) or non_finite_error(message)
+                         or missing_package_error(message))
             if partition is not None:
                 raise ConfigError(partition)
         super().error(message, ex)
@@ -330,6 +331,12 @@ def _run(args: list[str] | None, preemption: Preemption, argv: list[str]) -> Non
             if cause is not None:
                 print(f"error: {prefix}{cause}", file=sys.stderr)
                 sys.exit(code)
+        chain = list(exception_chain(err))
+        if any(isinstance(cause, ModuleNotFoundError) for cause in chain):  # WandbLogger without wandb, say
+            missing = missing_package_error("\n".join(str(cause) for cause in chain))
+            if missing is not None:
+                print(f"error: {missing}", file=sys.stderr)
+                sys.exit(2)
         failure = write_failure(err) or lost_rank(err, preemption.trainer)  # Lightning's own files, collectives
         if failure is not None:
             print(f"error: {failure}", file=sys.stderr)

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from lightning_fl.faults.write_failures import writing
 from lightning_fl.reporting.figures import figure_to_image
+from lightning_fl.reporting.run_directory import run_directory
 
 #: Records a scalar where ``ModelCheckpoint``/``EarlyStopping`` and the progress bar see it.
 MonitorFn = Callable[[str, float, bool], None]
@@ -84,7 +85,7 @@ class RunOutputs:
         Histograms also go to CSV files when no logger of the run is a TensorBoard one. Without any logger
         (``trainer.logger: false``) no figure or histogram is kept, and one info line says so.
         """
-        log_dir = trainer.log_dir  # a collective with several processes: every rank asks once
+        log_dir = run_directory(trainer)  # a collective with several processes: every rank asks once
         if not trainer.loggers:
             rank_zero_info("trainer.logger is false: figures and histograms are not saved (any logger, e.g."
                            " CSVLogger, keeps them under its run directory)")

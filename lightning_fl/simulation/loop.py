@@ -57,6 +57,7 @@ from lightning_fl.state.client_state import ClientStateStore
 from lightning_fl.state.client_table import ClientTable
 from lightning_fl.state.flat_state import FlatStateLayout
 from lightning_fl.state.seeding import derive_seed
+from lightning_fl.reporting.run_directory import run_directory
 
 #: Allowed values of ``client_state``, ``exchange`` and ``on_client_divergence``.
 CLIENT_STATE_STORES = ("memory", "disk")
@@ -269,7 +270,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             self.data, self.honest_clients = self.attack.poison(self.data), self.attack.honest_clients(data.num_clients)
         cohort = data.num_clients if self.hierarchy is not None else self.clients_per_round
         self.sampler = ClientSampler(data.num_clients, cohort, self.sampling, self.seed, data.train_sizes())
-        self.run_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)  # a collective: every rank asks
+        self.run_dir = Path(run_directory(self.trainer) or self.trainer.default_root_dir)  # a collective: every rank asks
         self.store = ClientStateStore(data.num_clients, self.keep_client_optimizer_state, self._client_state_dir(),
                                       self.run_dir)
         self.layout = FlatStateLayout(self.model.state_dict())

@@ -60,6 +60,25 @@ def non_finite_error(message: str) -> str | None:
     return f"{field} must be a finite number; got {value.group(1)}"
 
 
+#: Optional loggers and the extra of this package that installs each one's package.
+LOGGER_EXTRAS = {"wandb": "wandb", "mlflow": "mlflow", "comet_ml": "comet", "neptune": "neptune"}
+_MISSING = re.compile(r"Requirement '(?P<requirement>(?P<package>[A-Za-z0-9_.-]+?)(?:[<>=!~].*?)?)' not met")
+
+
+def missing_package_error(message: str) -> str | None:
+    """One line for jsonargparse's report on a class whose optional package is missing (``WandbLogger``
+    without ``wandb``: 85 lines of chained tracebacks); else ``None``."""
+    missing = _MISSING.search(message)
+    if missing is None:
+        return None
+    package = missing.group("package")
+    classes = re.findall(r"class_path[= ]'([\w.]+)'", message)
+    what = classes[0].rsplit(".", 1)[-1] if classes else "this configuration"
+    extra = LOGGER_EXTRAS.get(package)
+    how = f"pip install -e '.[{extra}]'" if extra else f"pip install '{missing.group('requirement')}'"
+    return f"{what} needs the package {package}, which is not installed: {how}"
+
+
 def check_trainer(subcommand: str | None, trainer: Mapping[str, Any]) -> None:
     """One-line errors for Trainer settings the loop cannot honour (see the module docstring)."""
     every = trainer.get("check_val_every_n_epoch")
