@@ -38,3 +38,34 @@ def test_the_robust_rule_benchmark_times_every_rule_beside_the_weighted_sum(tmp_
     assert rows == ["fedavg_sum", "median", "median_weighted", "trimmed_mean", "geometric_median",
                     "centered_clipping", "krum", "krum_gram", "multi_krum", "bulyan", "nnm"]
     assert (tmp_path / "robust.json").is_file()
+
+
+def test_j4_is_the_pfl_research_workload_and_one_small_round_runs_in_every_variant() -> None:
+    names = ("pytorch_lightning", "lightning_fabric", "lightning.pytorch", "lightning.fabric")
+    levels = {name: logging.getLogger(name).level for name in names}
+    try:
+        jobs = importlib.import_module("bench.jobs")
+        variants = importlib.import_module("bench.variants")
+        job = jobs.build_jobs()["J4"]
+        # pfl-research's setting: cohort 50, batch 10, 1 epoch of 50 images (5 steps), SGD lr 0.1.
+        assert (job.clients_per_round, job.batch_size, job.local_epochs, job.lr) == (50, 10, 1, 0.1)
+        assert sum(p.numel() for p in job.make_model().parameters()) == 1_626_442
+        small = jobs.pfl_job(num_users=12)
+        small.clients_per_round, small.naive_clients = 3, 1
+        data = small.make_data()
+        assert small.data_source in ("CIFAR-10", "synthetic CIFAR-shaped")
+        assert data.num_clients == 12 and data.x_train.shape == (600, 3, 32, 32)
+        assert data.train_sizes().unique().tolist() == [50]
+        ids = torch.tensor([1, 5, 9])
+        for name, make in (("naive", variants.NaiveRunner), ("centralized", variants.CentralizedRunner),
+                           ("sequential", None), ("vectorized", None)):
+            torch.manual_seed(0)
+            runner = (make(small, data, torch.device("cpu")) if make else
+                      variants.EngineRunner(small, data, torch.device("cpu"), name))
+            before = runner.weights().clone()
+            runner.round(0, ids)
+            after = runner.weights()
+            assert torch.isfinite(after).all() and not torch.equal(before, after), name
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
