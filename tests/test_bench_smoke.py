@@ -69,3 +69,27 @@ def test_j4_is_the_pfl_research_workload_and_one_small_round_runs_in_every_varia
     finally:
         for name, level in levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+def test_the_gpu_check_lists_every_shipped_config_and_summarizes_what_finished(tmp_path) -> None:
+    configs = importlib.import_module("bench.gpu_configs")
+    listed = {path.relative_to(configs.ROOT).as_posix(): skip for path, skip in configs.shipped_configs()}
+    assert listed["configs/fedavg_synthetic.yaml"] is None and listed["configs/experiments/fedfa_digits.yaml"] is None
+    assert "download" in listed["configs/experiments/fedfa_fmnist.yaml"]
+    assert {"configs/robust/fedfa_alie_trimmed_mean.yaml", "configs/stragglers/fedavg_drop.yaml"} <= set(listed)
+    # One tiny harness run (CPU) appends its records; a line cut by a kill is ignored by the summary.
+    results = tmp_path / "r.jsonl"
+    names = ("pytorch_lightning", "lightning_fabric", "lightning.pytorch", "lightning.fabric")
+    levels = {name: logging.getLogger(name).level for name in names}
+    try:
+        importlib.import_module("bench.gpu_j4").main(
+            ["harness", "--results", str(results), "--users", "6", "--cohort", "2", "--rounds", "2", "--eval-at", "1"])
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+    with results.open("a") as f:
+        f.write('{"step": "configs", "config": "configs/x.yaml", "ok": false, "rc": 1, "seconds": 2, "error": "E"}\n')
+        f.write('{"step": "status", "na')
+    text = importlib.import_module("bench.gpu_summary").summarize(results)
+    assert "| harness | vectorized (batched) | 32-true | 2/2 |" in text
+    assert "FAILED configs/x.yaml" in text
