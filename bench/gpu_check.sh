@@ -30,7 +30,7 @@ else
   PY=${PYTHON:-python3}
   BUDGET=${GPU_CHECK_BUDGET:-480}
   SIZE=""; VEC_ROUNDS=1500; SEQ_ROUNDS=60; MIXED_ROUNDS=300; EVAL_AT=300,1500; SPEED_ROUNDS=40
-  ACCEL=gpu; JOBS=6; CONFIG_BUDGET=100; PRECISIONS="32-true 16-mixed bf16-mixed"
+  ACCEL=gpu; JOBS=8; CONFIG_BUDGET=100; PRECISIONS="32-true 16-mixed bf16-mixed"
 fi
 START=$(date +%s)
 
@@ -89,7 +89,7 @@ for precision in $PRECISIONS; do
   step "j4-trainer-$precision" 75 $J4 trainer --label "j4-trainer-$precision" --results "$RES" $SIZE \
     --precision "$precision" --engine auto --rounds $MIXED_ROUNDS --budget 40
 done
-step configs $((CONFIG_BUDGET + 50)) $PY -m bench.gpu_configs --results "$RES" --errors "$ERR" --accelerator $ACCEL \
+step configs $((CONFIG_BUDGET + 50)) env OMP_NUM_THREADS=2 $PY -m bench.gpu_configs --results "$RES" --errors "$ERR" --accelerator $ACCEL \
   --rounds 2 --jobs $JOBS --timeout 110 --budget $CONFIG_BUDGET ${GPU_CHECK_ONLY:+--only $GPU_CHECK_ONLY}
 step speedups 120 $J4 speedups --results "$RES" $SIZE --rounds $SPEED_ROUNDS --budget 30
 BUDGET=$((BUDGET + 20)) step summary 30 $J4 summary --results "$RES" --out "$OUT/gpu_summary.md"

@@ -12,8 +12,9 @@ Steps (``python -m bench.gpu_j4 STEP ...``):
   what ``engine: auto`` picks on this device.
 * ``trainer``: J4 end to end, ``FederatedLoop`` under a Lightning ``Trainer`` at ``--precision``
   (``32-true``, ``16-mixed``, ``bf16-mixed``): wall time, rounds, final test accuracy.
-* ``speedups``: the vectorized engine in fp32, then with TF32 matmuls, then with ``torch.compile`` on
-  the cohort forward (compile time reported apart), ``--rounds`` each.
+* ``speedups``: the vectorized engine in fp32, then with ``cudnn.benchmark``, with TF32 matmuls and
+  convolutions, and with ``torch.compile`` on the cohort forward (compile time reported apart),
+  ``--rounds`` each.
 * ``summary``: a Markdown table of everything in ``--results`` (written to ``--out``).
 
 Runs on a CPU too (``--users 20 --cohort 4`` shrinks the federation) to check the script itself.
@@ -179,6 +180,7 @@ def step_trainer(args: argparse.Namespace, out: Results) -> None:
                 trainer.should_stop = True
 
     device = _device()
+    scaler = _count_scaler_skips()
     torch.manual_seed(0)
     loop = FederatedLoop(client=PflCNN(), optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
                          clients_per_round=args.cohort, local_epochs=1, batch_size=10, engine=args.engine, seed=0)
@@ -199,8 +201,29 @@ def step_trainer(args: argparse.Namespace, out: Results) -> None:
     done = loop.rounds_completed
     out.emit(event="final", rounds=done, rounds_asked=args.rounds, seconds_fit=round(seconds, 3),
              sec_per_round=round(seconds / max(done, 1), 5), client_updates_per_sec=round(done * args.cohort / seconds, 1),
-             test_acc=acc, engine=loop.engine.name, data=datamodule.source,
+             test_acc=acc, engine=loop.engine.name, data=datamodule.source, grad_scaler=scaler,
              weights_finite=bool(all(torch.isfinite(p).all() for p in loop.model.parameters())), **base)
+
+
+def _count_scaler_skips() -> dict[str, int]:
+    """Count ``GradScaler.update`` calls and those that lowered the scale (a step skipped for inf/NaN).
+
+    Under ``16-mixed`` the vectorized engine steps a chunk of clients with one scaler, so an overflow
+    in any client's gradients skips that step for all of them; this shows how often it happens. The
+    Lightning scaler of the loop's empty marker optimizer counts too (one update per round, never a skip).
+    """
+    counts = {"updates": 0, "skips": 0}
+    original = torch.amp.GradScaler.update
+
+    def update(self: torch.amp.GradScaler, new_scale: object = None) -> None:
+        before = self._scale.clone() if getattr(self, "_scale", None) is not None else None
+        original(self, new_scale)
+        counts["updates"] += 1
+        if before is not None and bool(self._scale < before):
+            counts["skips"] += 1
+
+    torch.amp.GradScaler.update = update
+    return counts
 
 
 def step_speedups(args: argparse.Namespace, out: Results) -> None:
@@ -227,6 +250,10 @@ def step_speedups(args: argparse.Namespace, out: Results) -> None:
     timed("warm-up", 1)
     timed("fp32", args.rounds)
     backends = torch.backends
+    backends.cudnn.benchmark = True  # cuDNN times its algorithms for each new shape, then keeps the fastest
+    timed("cudnn.benchmark first round (autotunes)", 1)
+    timed("cudnn.benchmark", args.rounds)
+    backends.cudnn.benchmark = False
     try:
         saved = backends.cuda.matmul.allow_tf32, backends.cudnn.allow_tf32
         backends.cuda.matmul.allow_tf32 = backends.cudnn.allow_tf32 = True

@@ -72,11 +72,12 @@ def summarize(path: Path) -> str:
     trainer = [r for r in records if r.get("event") == "final" and "seconds_fit" in r]
     if trainer:
         lines += ["## J4 end to end (FederatedLoop under a Trainer)", "",
-                  "| precision | engine | rounds | fit s | s/round | updates/s | test acc | finite |",
-                  "|---|---|---:|---:|---:|---:|---:|---|"]
+                  "| precision | engine | rounds | fit s | s/round | updates/s | test acc | finite | scaler skips/updates |",
+                  "|---|---|---:|---:|---:|---:|---:|---|---|"]
         lines += [f"| {r['precision']} | {r['engine']} | {r['rounds']}/{r['rounds_asked']} | {_fmt(r['seconds_fit'])} |"
                   f" {_fmt(r['sec_per_round'])} | {_fmt(r['client_updates_per_sec'])} | {_fmt(r.get('test_acc'))} |"
-                  f" {r.get('weights_finite')} |" for r in trainer]
+                  f" {r.get('weights_finite')} | {(r.get('grad_scaler') or {}).get('skips', '-')}/"
+                  f"{(r.get('grad_scaler') or {}).get('updates', '-')} |" for r in trainer]
         lines.append("")
     speed = [r for r in records if r.get("step") == "speedups" and "variant" in r]
     if speed:
