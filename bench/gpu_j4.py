@@ -142,10 +142,11 @@ def step_harness(args: argparse.Namespace, out: Results) -> None:
         if done in eval_at or done % args.progress == 0:
             _sync(device)
             now = time.perf_counter()
+            trained = now - started - paused
             if done in eval_at:
                 accuracy[done] = test_accuracy(runner.model, data.x_test, data.y_test)
                 paused += time.perf_counter() - now
-            out.emit(event="progress", rounds=done, train_seconds=round(now - started - paused, 3), **(
+            out.emit(event="progress", rounds=done, train_seconds=round(trained, 3), **(
                 {"test_acc": accuracy[done]} if done in accuracy else {}))
         if time.perf_counter() - started - paused > args.budget:
             break
