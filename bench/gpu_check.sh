@@ -34,8 +34,8 @@ else
 fi
 START=$(date +%s)
 
-# Packages the device lacks travel as wheels in .whl/ (pure Python, plus scikit-learn for the digits
-# config); one at a time, so one that does not fit this Python does not keep the others out.
+# Packages the device lacks travel as wheels in .whl/ (the CLI's jsonargparse, docstring-parser and
+# typeshed-client: pure Python); one at a time, so one that does not fit does not keep the others out.
 SITE=$(mktemp -d /tmp/gpu_check_site.XXXX)
 {
   echo "== $(date -u +%FT%TZ) repo $(pwd) python $($PY -c 'import sys; print(sys.version)' 2>&1)"
