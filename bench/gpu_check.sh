@@ -72,7 +72,7 @@ step() {
   fi
   echo "===== $name (limit ${limit}s) $(date -u +%T)" >> "$LOG"
   began=$(date +%s)
-  timeout -k 10 "$limit" "$@" >> "$LOG" 2>&1
+  GPU_CHECK_STEP_LIMIT=$limit timeout -k 10 "$limit" "$@" >> "$LOG" 2>&1
   rc=$?
   echo "===== $name exit $rc after $(( $(date +%s) - began ))s" >> "$LOG"
   printf '{"step": "status", "name": "%s", "rc": %s, "seconds": %s, "limit": %s}\n' \

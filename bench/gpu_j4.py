@@ -22,19 +22,23 @@ Runs on a CPU too (``--users 20 --cohort 4`` shrinks the federation) to check th
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import sys
-import tempfile
 import time
-import traceback
-from pathlib import Path
+
+_STARTED = time.time()  # before torch's import: the step's time limit (GPU_CHECK_STEP_LIMIT) counts from here
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 if __package__ in (None, ""):  # `python bench/gpu_j4.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch
+import torch  # noqa: E402
 
 from bench.jobs import pfl_job
 from bench.variants import EngineRunner
@@ -148,7 +152,7 @@ def step_harness(args: argparse.Namespace, out: Results) -> None:
                 paused += time.perf_counter() - now
             out.emit(event="progress", rounds=done, train_seconds=round(trained, 3), **(
                 {"test_acc": accuracy[done]} if done in accuracy else {}))
-        if time.perf_counter() - started - paused > args.budget:
+        if time.perf_counter() - started - paused > args.budget or time.time() > args.deadline:
             break
     _sync(device)
     seconds = time.perf_counter() - started - paused
@@ -177,7 +181,7 @@ def step_trainer(args: argparse.Namespace, out: Results) -> None:
             self.started = time.perf_counter()
 
         def on_train_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
-            if time.perf_counter() - self.started > args.budget:
+            if time.perf_counter() - self.started > args.budget or time.time() > args.deadline:
                 trainer.should_stop = True
 
     device = _device()
@@ -262,7 +266,7 @@ def step_speedups(args: argparse.Namespace, out: Results) -> None:
         backends.cuda.matmul.allow_tf32, backends.cudnn.allow_tf32 = saved
     except Exception as err:  # noqa: BLE001
         out.emit(variant="tf32", error=f"{type(err).__name__}: {err}")
-    if time.perf_counter() - started > args.budget:
+    if time.perf_counter() - started > args.budget or time.time() > args.deadline - 60:
         out.emit(variant="torch.compile", skipped="no time left")
         return
     forward = runner.engine.forward
@@ -311,6 +315,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cohort", type=int, default=50)
     parser.add_argument("--out", default=None, help="summary: the Markdown file to write")
     args = parser.parse_args(argv)
+    # Stop in time to evaluate and write the final record before gpu_check.sh's limit kills the step.
+    args.deadline = _STARTED + float(os.environ.get("GPU_CHECK_STEP_LIMIT", "inf")) - 20
     out = Results(args.results, args.label or args.step)
     try:
         STEPS[args.step](args, out)
