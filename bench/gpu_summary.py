@@ -67,7 +67,7 @@ def summarize(path: Path) -> str:
                          f"{vec['client_updates_per_sec']:.0f} updates/s (target >= 1000).")
         elif vec:
             est = vec["sec_per_round_after_first"] * 1500 + vec["first_round_seconds"]
-            lines.append(f"Only {vec['rounds']} of {vec['rounds_asked']} rounds ran; 1,500 would take about {est:.0f} s.")
+            lines.append(f"{vec['rounds']} of {vec['rounds_asked']} rounds ran; 1,500 at this rate: about {est:.0f} s.")
         lines.append("")
     trainer = [r for r in records if r.get("event") == "final" and "seconds_fit" in r]
     if trainer:
