@@ -1,8 +1,8 @@
-"""``make bench``: time naive / sequential / vectorized / centralized rounds for J1-J3 (issue 3).
+"""``make bench``: time naive / sequential / vectorized / centralized rounds for J1-J4 (issues 3 and 24).
 
 Usage::
 
-    .venv/bin/python -m bench.run [--jobs J1,J2,J3] [--rounds N] [--quick] [--threads 1] [--device cpu]
+    .venv/bin/python -m bench.run [--jobs J1,J2,J3,J4] [--rounds N] [--quick] [--threads 1] [--device cpu]
 
 Every variant runs the same cohorts (uniform sampling, seed 0). Round 0 is an untimed warm-up; the
 variants then alternate round by round, so background load on a shared machine hits all of them
@@ -119,6 +119,9 @@ def run_job(job: Job, device: torch.device, variants: tuple[str, ...]) -> dict:
     if job.naive_clients:
         notes.append(f"naive trained {job.naive_clients} of {job.clients_per_round} clients per round;"
                      f" its time is scaled to {job.clients_per_round}")
+    if job.data_source is not None:
+        record["data_source"] = job.data_source
+        notes.append(f"data: {job.data_source}")
     record["notes"] = notes
     return record
 
@@ -154,7 +157,7 @@ def _time_round(runners: dict, round_idx: int, client_ids: torch.Tensor, device:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", default="J1,J2,J3")
+    parser.add_argument("--jobs", default="J1,J2,J3,J4")
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per job (default: per job)")
     parser.add_argument("--quick", action="store_true", help="few rounds: a smoke run")
     parser.add_argument("--threads", default="auto",
@@ -171,6 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
     if device.type == "cuda":  # a GPU runs J3 in full
         jobs["J3"].epoch_scale, jobs["J3"].naive_clients = 1, None
         jobs["J3"].rounds = args.rounds or (1 if args.quick else 3)
+        jobs["J4"].rounds, jobs["J4"].passes = args.rounds or (1 if args.quick else 20), 1 if args.quick else 3
     variants = tuple(v for v in args.variants.split(",") if v)
     command = " ".join(["python -m bench.run", *(sys.argv[1:] if argv is None else argv)])
     result = {"machine": machine_info(device, args.threads), "command": command, "jobs": {}}

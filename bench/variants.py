@@ -80,10 +80,13 @@ class NaiveRunner(_Runner):
 class EngineRunner(_Runner):
     """(b) and (c): a client engine plus FedAvg."""
 
-    def __init__(self, job: Job, data: FederatedData, device: torch.device, engine: str) -> None:
+    def __init__(self, job: Job, data: FederatedData, device: torch.device, engine: str,
+                 precision: str = "32-true") -> None:
         super().__init__(job, data, device)
         self.name = engine
-        plan = LocalTrainingPlan(job.optimizer, job.run_epochs, job.batch_size, seed=0, lr=job.lr)
+        # precision: the vectorized engine autocasts itself (and scales 16-mixed losses); the
+        # sequential one relies on the Trainer's autocast, so here it trains in fp32 whatever is set.
+        plan = LocalTrainingPlan(job.optimizer, job.run_epochs, job.batch_size, seed=0, lr=job.lr, precision=precision)
         self.engine = (SequentialEngine if engine == "sequential" else VectorizedEngine)(plan)
         self.engine.setup(self.model, data, ClientStateStore(data.num_clients))
         self.hooks = ClientHookSet([FedAvg()])

@@ -38,3 +38,58 @@ def test_the_robust_rule_benchmark_times_every_rule_beside_the_weighted_sum(tmp_
     assert rows == ["fedavg_sum", "median", "median_weighted", "trimmed_mean", "geometric_median",
                     "centered_clipping", "krum", "krum_gram", "multi_krum", "bulyan", "nnm"]
     assert (tmp_path / "robust.json").is_file()
+
+
+def test_j4_is_the_pfl_research_workload_and_one_small_round_runs_in_every_variant() -> None:
+    names = ("pytorch_lightning", "lightning_fabric", "lightning.pytorch", "lightning.fabric")
+    levels = {name: logging.getLogger(name).level for name in names}
+    try:
+        jobs = importlib.import_module("bench.jobs")
+        variants = importlib.import_module("bench.variants")
+        job = jobs.build_jobs()["J4"]
+        # pfl-research's setting: cohort 50, batch 10, 1 epoch of 50 images (5 steps), SGD lr 0.1.
+        assert (job.clients_per_round, job.batch_size, job.local_epochs, job.lr) == (50, 10, 1, 0.1)
+        assert sum(p.numel() for p in job.make_model().parameters()) == 1_626_442
+        small = jobs.pfl_job(num_users=12)
+        small.clients_per_round, small.naive_clients = 3, 1
+        data = small.make_data()
+        assert small.data_source in ("CIFAR-10", "synthetic CIFAR-shaped")
+        assert data.num_clients == 12 and data.x_train.shape == (600, 3, 32, 32)
+        assert data.train_sizes().unique().tolist() == [50]
+        ids = torch.tensor([1, 5, 9])
+        for name, make in (("naive", variants.NaiveRunner), ("centralized", variants.CentralizedRunner),
+                           ("sequential", None), ("vectorized", None)):
+            torch.manual_seed(0)
+            runner = (make(small, data, torch.device("cpu")) if make else
+                      variants.EngineRunner(small, data, torch.device("cpu"), name))
+            before = runner.weights().clone()
+            runner.round(0, ids)
+            after = runner.weights()
+            assert torch.isfinite(after).all() and not torch.equal(before, after), name
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def test_the_gpu_check_lists_every_shipped_config_and_summarizes_what_finished(tmp_path) -> None:
+    configs = importlib.import_module("bench.gpu_configs")
+    listed = {path.relative_to(configs.ROOT).as_posix(): skip for path, skip in configs.shipped_configs()}
+    assert listed["configs/fedavg_synthetic.yaml"] is None and listed["configs/experiments/fedfa_digits.yaml"] is None
+    assert "download" in listed["configs/experiments/fedfa_fmnist.yaml"]
+    assert {"configs/robust/fedfa_alie_trimmed_mean.yaml", "configs/stragglers/fedavg_drop.yaml"} <= set(listed)
+    # One tiny harness run (CPU) appends its records; a line cut by a kill is ignored by the summary.
+    results = tmp_path / "r.jsonl"
+    names = ("pytorch_lightning", "lightning_fabric", "lightning.pytorch", "lightning.fabric")
+    levels = {name: logging.getLogger(name).level for name in names}
+    try:
+        importlib.import_module("bench.gpu_j4").main(
+            ["harness", "--results", str(results), "--users", "6", "--cohort", "2", "--rounds", "2", "--eval-at", "1"])
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+    with results.open("a") as f:
+        f.write('{"step": "configs", "config": "configs/x.yaml", "ok": false, "rc": 1, "seconds": 2, "error": "E"}\n')
+        f.write('{"step": "status", "na')
+    text = importlib.import_module("bench.gpu_summary").summarize(results)
+    assert "| harness | vectorized (batched) | 32-true | 2/2 |" in text
+    assert "FAILED configs/x.yaml" in text

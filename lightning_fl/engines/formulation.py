@@ -17,6 +17,8 @@ silently wrong.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -93,11 +95,35 @@ def build_forward(kind: str, model: ClientModule) -> CohortForward:
     return VmapForward(model)
 
 
+@contextmanager
+def exact_fp32(device: torch.device) -> Iterator[None]:
+    """TF32 off on CUDA while the block runs (cuDNN convolutions default to it), restored after.
+
+    TF32 rounds inputs to 10 mantissa bits (~1e-3 relative): a grouped convolution and the model's own
+    one may run different algorithms, one in TF32 and one not, and then differ by far more than the
+    fp32 tolerance of :func:`verify`. Elsewhere (CPU) nothing changes.
+    """
+    if device.type != "cuda":
+        yield
+        return
+    backends = torch.backends
+    try:
+        saved = backends.cuda.matmul.allow_tf32, backends.cudnn.allow_tf32
+        backends.cuda.matmul.allow_tf32 = backends.cudnn.allow_tf32 = False
+    except RuntimeError:  # precision set through torch's newer fp32_precision API: leave it alone
+        saved = None
+    try:
+        yield
+    finally:
+        if saved is not None:
+            backends.cuda.matmul.allow_tf32, backends.cudnn.allow_tf32 = saved
+
+
 def verify(forward: CohortForward, model: ClientModule, x: Tensor, y: Tensor) -> str | None:
     """Compare ``forward`` with the model itself on two perturbed clients; the problem, or ``None``.
 
-    Outputs are compared in eval mode (dropout off) and fp32; for ``fused-linear`` the hand-written
-    gradients are compared with autograd's too.
+    Outputs are compared in eval mode (dropout off) and exact fp32 (no autocast, no TF32); for
+    ``fused-linear`` the hand-written gradients are compared with autograd's too.
     """
     reference = {n: p.detach().float() for n, p in model.named_parameters()}
     gen = torch.Generator().manual_seed(0)
@@ -109,7 +135,7 @@ def verify(forward: CohortForward, model: ClientModule, x: Tensor, y: Tensor) ->
     module = getattr(forward, "module", None)
     was_training = model.training
     try:
-        with torch.autocast(x.device.type, enabled=False):
+        with torch.autocast(x.device.type, enabled=False), exact_fp32(x.device):
             model.eval()
             if module is not None:
                 module.eval()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lightning_fl.faults.validation import ConfigError
-from lightning_fl.models import CharLSTM, CifarCNN, ClientModule, LeNet5, ResNet18GN
+from lightning_fl.models import CharLSTM, CifarCNN, ClientModule, LeNet5, PflCNN, ResNet18GN
 from tests.conftest import run_cli, write_config
 
 
@@ -53,7 +53,8 @@ def resnet18_gn(classes: int, c_in: int = 3) -> int:
     (CharLSTM(), 80 * 8 + lstm(8, 256) + lstm(256, 256) + dense(256, 80),
      torch.randint(0, 80, (3, 80), dtype=torch.uint8)),
     (ResNet18GN(), resnet18_gn(10), torch.randn(3, 3, 32, 32)),
-], ids=["lenet5", "lenet5-rgb32", "cifar-cnn", "cifar-cnn-768", "char-lstm", "resnet18-gn"])
+    (PflCNN(), conv(3, 32, 3) + conv(32, 64, 3) + dense(64 * 14 * 14, 128) + dense(128, 10), torch.randn(3, 3, 32, 32)),
+], ids=["lenet5", "lenet5-rgb32", "cifar-cnn", "cifar-cnn-768", "char-lstm", "resnet18-gn", "pfl-cnn"])
 def test_parameter_counts_by_hand_and_output_shapes(model, expected, x):
     assert isinstance(model, ClientModule)
     assert n_params(model) == expected
@@ -67,14 +68,17 @@ def test_parameter_counts_by_hand_and_output_shapes(model, expected, x):
 def test_known_totals():
     assert n_params(LeNet5()) == 61_706 and n_params(CifarCNN()) == 797_962
     assert n_params(CharLSTM()) == 819_920 and n_params(ResNet18GN()) == 11_173_962
+    # pfl-research's CIFAR-10 benchmark model (benchmark job J4), with and without its dropout layers.
+    assert n_params(PflCNN()) == n_params(PflCNN(dropout=False)) == 1_626_442
 
 
 @pytest.mark.parametrize("make", [
     lambda: (LeNet5(), torch.randn(16, 1, 28, 28), 0.05),
     lambda: (CifarCNN(), torch.randn(16, 3, 32, 32), 0.05),
+    lambda: (PflCNN(dropout=False), torch.randn(16, 3, 32, 32), 0.01),
     lambda: (CharLSTM(hidden_size=32), torch.randint(0, 80, (16, 80), dtype=torch.uint8), 0.5),
     lambda: (ResNet18GN(image_size=16), torch.randn(8, 3, 16, 16), 0.001),
-], ids=["lenet5", "cifar-cnn", "char-lstm", "resnet18-gn"])
+], ids=["lenet5", "cifar-cnn", "pfl-cnn", "char-lstm", "resnet18-gn"])
 def test_one_training_step_reduces_the_loss_on_a_fixed_batch(make):
     torch.manual_seed(0)
     model, x, lr = make()
