@@ -262,6 +262,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             check_without_validation(self.trainer, stage)
         check_setup(self, data, stage)
         self.data = data.to(self.trainer.strategy.root_device)
+        self.model.to(self.trainer.strategy.root_device)  # Lightning moves modules after setup; the engines check now
         self._set_cpu_threads()
         if self.hierarchy is not None:
             self.hierarchy.setup(data.num_clients, self.local_epochs)
@@ -354,7 +355,11 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         return torch.optim.SGD([self.server_step_marker], lr=0.0)
 
     def _count_server_step(self) -> None:
-        self.server_step_marker.grad = torch.zeros_like(self.server_step_marker)  # fp16 scaler needs a grad
+        if getattr(self.trainer.precision_plugin, "scaler", None) is not None:
+            # 16-mixed: the GradScaler steps only after it scaled a loss (an empty sum: a zero-size gradient)
+            self.manual_backward(self.server_step_marker.sum())
+        else:
+            self.server_step_marker.grad = torch.zeros_like(self.server_step_marker)
         self.optimizers().step()
 
     # ------------------------------------------------------------------ one round

@@ -124,7 +124,8 @@ class FederatedData:
     def label_histograms(self, split: str = "train") -> Tensor:
         """``(N, num_classes)`` label counts per client (``long``) of the ``train``, ``val`` or ``test`` split."""
         _, y, off = self.split(split)
-        client_of_sample = torch.repeat_interleave(torch.arange(self.num_clients, device=y.device), off.diff())
+        # Offsets stay on the CPU (FederatedData.to); the samples may be on a GPU.
+        client_of_sample = torch.repeat_interleave(torch.arange(self.num_clients), off.diff().cpu()).to(y.device)
         flat = client_of_sample * self.num_classes + y.long()
         return torch.bincount(flat, minlength=self.num_clients * self.num_classes).view(self.num_clients, -1)
 
