@@ -23,8 +23,8 @@ from typing import Any
 from pytorch_lightning.loggers import CSVLogger, Logger, TensorBoardLogger
 from torch.utils.tensorboard.summary import hparams
 
-#: The fairness scalars shown as HParams metrics (those the run logs; see docs/algorithms.md, Fairness
-#: metrics), the final test evaluation first: TensorBoard shows the first five by default.
+#: The fairness scalars shown as HParams metrics, the final test evaluation first (TensorBoard shows
+#: the first five by default); see docs/algorithms.md, Fairness metrics.
 METRIC_TAGS = tuple(f"{split}/{name}" for split in ("test", "val")
                     for name in ("acc_mean", "acc_worst20", "acc_best20", "acc_var", "jain", "acc_pooled", "loss")
                     ) + ("test/acc_mean_last10pct",  # IGFL's metric, logged once at the end of fit
