@@ -25,7 +25,7 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-## train: the main job (CONFIG=..., default FedFa on Synthetic(1,1), a few minutes measured on a 2-core CPU)
+## train: the main job (CONFIG=..., default FedFa on Synthetic(1,1), 60 rounds in about 20 s on a 2-core CPU)
 train: $(STAMP)
 	$(PY) -m lightning_fl fit --config $(CONFIG)
 

@@ -166,7 +166,8 @@ class FairnessMetrics(FederatedCallback):
         note = "" if last_rounds is None else "\n" + last_rounds_note(*last_rounds)
         splits = "client test splits" if not self._left_out else \
             f"honest clients' test splits; the {self._left_out} Byzantine clients are in test/all/*"
-        rank_zero_info(f"\nFairness of the global model after {row['round']} rounds ({splits}):\n{table}{note}")
+        rounds = f"{row['round']} round{'' if row['round'] == 1 else 's'}"
+        rank_zero_info(f"Fairness of the global model after {rounds} ({splits}):\n{table}{note}")
         log_dir = run_directory(trainer)  # a collective with several processes: every rank asks once
         if not log_dir or trainer.global_rank != 0:
             return
@@ -174,7 +175,7 @@ class FairnessMetrics(FederatedCallback):
             os.makedirs(log_dir, exist_ok=True)
         summary = os.path.join(log_dir, f"fairness_summary{suffix}.md")
         with writing(summary, "the fairness summary"), open(summary, "w") as f:
-            f.write(f"Global model after {row['round']} rounds ({splits}).\n\n{table}{note}")
+            f.write(f"Global model after {rounds} ({splits}).\n\n{table}{note}")
         summary = os.path.join(log_dir, f"fairness_summary{suffix}.csv")
         with writing(summary, "the fairness summary"), open(summary, "w") as f:
             if last_rounds is None:

@@ -48,6 +48,15 @@ warnings.filterwarnings("ignore", r".*The dirpath has changed from.*")
 warnings.filterwarnings("ignore", r"Checkpoint directory .* exists and is not empty\.")
 
 
+def _plain_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                   line: str | None = None) -> str:
+    """``warning: <message>``: the source file and line of the ``warnings.warn`` call mean nothing to a user."""
+    return f"warning: {message}\n"
+
+
+warnings.formatwarning = _plain_warning
+
+
 class _NoAdverts(logging.Filter):
     """Drops Lightning's "💡 Tip: try installing litlogger/litmodels" lines (adverts, not information)."""
 

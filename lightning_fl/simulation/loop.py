@@ -49,6 +49,7 @@ from lightning_fl.simulation.run_checks import (
     check_without_validation,
     cohort_sharding,
     probe_optimizer,
+    set_cpu_threads,
 )
 from lightning_fl.simulation.sampling import SAMPLING_MODES, ClientSampler
 from lightning_fl.simulation.system import SystemHeterogeneity
@@ -263,7 +264,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         check_setup(self, data, stage)
         self.data = data.to(self.trainer.strategy.root_device)
         self.model.to(self.trainer.strategy.root_device)  # Lightning moves modules after setup; the engines check now
-        self._set_cpu_threads()
+        set_cpu_threads(self.trainer.strategy.root_device, self.model, self.cpu_threads)
         if self.hierarchy is not None:
             self.hierarchy.setup(data.num_clients, self.local_epochs)
         if self.attack is not None:  # B is fixed by the seed; label flippers train on flipped labels
@@ -319,16 +320,6 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             return None
         return lambda table: DiskRows(directory, table.name, table.shape, table.dtype, self.run_dir)
 
-    def _set_cpu_threads(self) -> None:
-        if self.trainer.strategy.root_device.type != "cpu":
-            return
-        threads = self.cpu_threads
-        if threads is None and sum(p.numel() for p in self.model.parameters()) < 1_000_000:
-            threads = 1
-        if threads is not None and threads != torch.get_num_threads():
-            torch.set_num_threads(threads)
-            rank_zero_info(f"torch intra-op threads: {threads} (model.cpu_threads)")
-
     @override
     def on_fit_start(self) -> None:
         report_dead_children(self.trainer)  # rank 0 of a ddp launch: a dead rank is named before all stop
@@ -336,7 +327,8 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         cohort = "every client" if self.hierarchy is not None or self.sampling == "all" else f"{self.clients_per_round}"
         rank_zero_info(f"Client model: {type(self.model).__name__}, {numel:,} parameters ({numel * 4 / 1e3:,.1f} kB"
                        f" in fp32); {self.data.num_clients} clients, {cohort} per round, {self.local_epochs} local"
-                       f" epoch(s) of batch {self.batch_size}; engine {self.engine.name}")
+                       f" epoch(s) of batch {self.batch_size}; client optimizer {self.federation.optimizer.describe()}"
+                       f" at lr {self.client_lr:g}; engine {self.engine.name}")
         if self.trainer.is_global_zero:  # the HParams tab: this run's settings beside its fairness metrics
             # The rounds are the Trainer's (max_epochs), not part of the run's exactness check.
             write_hparams(self.loggers, self.federation.aggregation,

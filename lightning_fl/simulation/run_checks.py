@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from pytorch_lightning.cli import OptimizerCallable
 from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy
-from pytorch_lightning.utilities import rank_zero_warn
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from lightning_fl.faults.validation import ConfigError
@@ -174,7 +174,8 @@ def check_hierarchy_options(hierarchy: Any, clients_per_round: int, sampling: st
 
 
 __all__ = ["check_accelerator", "check_engine", "check_hierarchy_options", "check_monitors", "check_seed",
-           "check_setup", "check_trainer", "logged_scalars", "non_finite_error"]
+           "check_setup", "check_trainer", "logged_scalars", "missing_package_error", "non_finite_error",
+           "set_cpu_threads"]
 
 
 #: Precisions the engines train in (``16-mixed``: CUDA only).
@@ -277,3 +278,16 @@ def cohort_sharding(trainer: Any, collective_timeout: float) -> CohortSharding:
                               f" {torch.cuda.device_count()} GPU(s); use class_path"
                               " pytorch_lightning.strategies.DDPStrategy with init_args {process_group_backend: gloo}")
     return CohortSharding(world, trainer.global_rank, collective_timeout)
+
+
+def set_cpu_threads(device: torch.device, model: torch.nn.Module, cpu_threads: int | None) -> None:
+    """Torch's intra-op threads on the CPU: ``model.cpu_threads``, or 1 for models under a million
+    parameters (their ops are too small to split; the threads would only contend)."""
+    if device.type != "cpu":
+        return
+    threads = cpu_threads
+    if threads is None and sum(p.numel() for p in model.parameters()) < 1_000_000:
+        threads = 1
+    if threads is not None and threads != torch.get_num_threads():
+        torch.set_num_threads(threads)
+        rank_zero_info(f"torch intra-op threads: {threads} (model.cpu_threads)")
