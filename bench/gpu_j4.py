@@ -117,12 +117,18 @@ def step_env(args: argparse.Namespace, out: Results) -> None:
     out.emit(**record)
 
 
-def step_harness(args: argparse.Namespace, out: Results) -> None:
+def _workload(args: argparse.Namespace) -> tuple:  # (torch.device, bench.jobs.Job, FederatedData, ClientSampler)
+    """The device, J4, its data on the device and the uniform cohort sampler (seed 0); torch seeded."""
     device = _device()
     job = _job(args)
     data = job.make_data().to(device)
     sampler = ClientSampler(data.num_clients, job.clients_per_round, "uniform", 0, data.train_sizes())
     torch.manual_seed(0)
+    return device, job, data, sampler
+
+
+def step_harness(args: argparse.Namespace, out: Results) -> None:
+    device, job, data, sampler = _workload(args)
     runner = EngineRunner(job, data, device, args.engine, args.precision)
     plan = LocalTrainingPlan(job.optimizer, 1, job.batch_size, 0, job.lr, args.precision)
     auto, reason = choose_engine(plan, runner.model, device)
@@ -232,11 +238,7 @@ def _count_scaler_skips() -> dict[str, int]:
 
 
 def step_speedups(args: argparse.Namespace, out: Results) -> None:
-    device = _device()
-    job = _job(args)
-    data = job.make_data().to(device)
-    sampler = ClientSampler(data.num_clients, job.clients_per_round, "uniform", 0, data.train_sizes())
-    torch.manual_seed(0)
+    device, job, data, sampler = _workload(args)
     runner = EngineRunner(job, data, device, "vectorized")
     started, t = time.perf_counter(), 0
 
