@@ -40,7 +40,13 @@ def test_fit_logs_fairness_scalars_with_round_steps(tiny, tmp_path):
         assert [e.step for e in events.Scalars(name)] == [2, 4]
     assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4]
     assert "val/client_acc" in tags["histograms"]
-    assert "data/label_distribution_figure" in tags["images"]
+    assert "data/label_distribution_figure" not in tags["images"]  # once per data set, in its own run:
+    [partition] = (tmp_path / "logs" / "partitions").iterdir()
+    assert "data/label_distribution_figure" in _events(partition).Tags()["images"]
+    # A second run on the same data adds no second copy of the partition.
+    assert run_cli("fit", "--config", str(tiny())) == 0
+    assert [p.name for p in (tmp_path / "logs" / "partitions").iterdir()] == [partition.name]
+    assert len(list(partition.glob("events.out.tfevents.*"))) == 1
     for name in ("fairness_summary.md", "fairness_summary.csv", "fairness_history.csv"):
         assert (run / name).exists()
     assert "| Method | Average | Worst 20% | Best 20% | Variance |" in (run / "fairness_summary.md").read_text()

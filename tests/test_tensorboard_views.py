@@ -31,8 +31,13 @@ FAIRNESS += tuple(name.replace("val/", "test/", 1) for name in FAIRNESS)  # vali
 #: What every run writes (README "What a run writes").
 EVERY_RUN = {
     "scalars": {*FAIRNESS, "train/loss", "train/acc", "round/seconds", "round/clients"},
-    "histograms": {"val/client_acc", "test/client_acc", "data/client_emd", "data/client_train_size"},
-    "images": {"val/client_acc_figure", "test/client_acc_figure", "data/label_distribution_figure"},
+    "histograms": {"val/client_acc", "test/client_acc"},
+    "images": {"val/client_acc_figure", "test/client_acc_figure"},
+}
+#: What the partition run of a data set holds (``<save_dir>/partitions/<data module>-<digest>``).
+PARTITION_RUN = {
+    "histograms": {"data/client_emd", "data/client_train_size"},
+    "images": {"data/label_distribution_figure"},
     "text": {"data/summary/text_summary"},  # torch's SummaryWriter.add_text appends "/text_summary"
 }
 #: Per shipped config: the algorithm tags the README, the callback's docstring and the config promise.
@@ -101,8 +106,14 @@ def test_every_promised_tag_shows_in_its_own_tensorboard_tab(stem, tmp_path):
         expected = EVERY_RUN.get(plugin, set()) | PROMISED[stem].get(plugin, set())
         missing = expected - set(shown[plugin])
         assert not missing, f"{stem}: {sorted(missing)} not under the {plugin} tab; it has {sorted(shown[plugin])}"
-    # Per-round views end at the last round; the partition is logged at step 0.
-    assert shown["images"]["data/label_distribution_figure"].max_step == 0
+    # The partition is logged once per data set, at step 0, in a run of its own.
+    [partition] = (tmp_path / "logs" / "partitions").iterdir()
+    assert partition.name.startswith(("SyntheticDataModule-", "PooledSyntheticDataModule-"))
+    partition_shown = plugin_tags(partition)
+    for plugin, tags in PARTITION_RUN.items():
+        assert set(partition_shown[plugin]) == tags, (plugin, sorted(partition_shown[plugin]))
+    assert partition_shown["images"]["data/label_distribution_figure"].max_step == 0
+    # Per-round views end at the last round.
     for tag in PROMISED[stem].get("images", set()) | PROMISED[stem].get("histograms", set()):
         series = shown["images"].get(tag) or shown["histograms"][tag]
         assert series.max_step == ROUNDS, (tag, series.max_step)

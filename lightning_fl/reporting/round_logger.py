@@ -26,6 +26,7 @@ from PIL import Image
 from pytorch_lightning.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from pytorch_lightning.utilities.rank_zero import rank_zero_info, rank_zero_only
 from torch import Tensor
+from torch.utils.tensorboard import SummaryWriter
 
 from lightning_fl.faults.write_failures import writing
 from lightning_fl.reporting.figures import figure_to_image
@@ -144,6 +145,7 @@ class RoundLogger:
         # `validate`/`test`: scalars reach the loggers through Lightning (``monitor`` logs them with
         # logger=True), so that Lightning prints and returns them; written here they would appear twice.
         self.scalars_through_monitor = scalars_through_monitor and monitor is not None
+        self._writers: list[Any] | None = None  # TensorBoard writers other than the run's (the partition run)
 
     def log_scalars(self, metrics: Mapping[str, float], prog_bar: Sequence[str] = ()) -> None:
         """Log ``metrics`` (name to value) at :attr:`step`; names in ``prog_bar`` also show in the bar."""
@@ -203,15 +205,42 @@ class RoundLogger:
         for writer in self._tensorboards():
             writer.add_text(tag, text, self.step)
 
-    def log_partition(self, datamodule: Any) -> None:
-        """The partition of a federated datamodule: label heat map, EMD and size histograms, a summary."""
-        self.log_figure("data/label_distribution_figure", datamodule.partition_figure())
-        self.log_histogram("data/client_emd", datamodule.emd_to_population())
-        self.log_histogram("data/client_train_size", datamodule.data.train_sizes().float())
+    def log_partition(self, datamodule: Any, key: str = "") -> None:
+        """The partition of a federated datamodule: label heat map, EMD and size histograms, a summary.
+
+        In TensorBoard the partition is logged once per data set, not once per run: into a run of its
+        own, ``<save_dir>/partitions/<data module>-<key>`` (``key``: a digest of the data), written by
+        the first run on that data and left alone by the others, so comparing eight runs does not open
+        on eight copies of the same heat map. The PNG copy and the other loggers keep it per run.
+        """
+        shared = RoundLogger(self.loggers, self.step, None, self.outputs)
+        shared._writers = self._partition_writers(type(datamodule).__name__, key)
+        shared.log_figure("data/label_distribution_figure", datamodule.partition_figure())
+        shared.log_histogram("data/client_emd", datamodule.emd_to_population())
+        shared.log_histogram("data/client_train_size", datamodule.data.train_sizes().float())
         summary = datamodule.partition_summary()
-        self.log_text("data/summary", "\n".join(f"- {k}: {v}" for k, v in summary.items()))
+        shared.log_text("data/summary", "\n".join(f"- {k}: {v}" for k, v in summary.items()))
+        for writer in shared._writers:
+            writer.close()
+
+    def _partition_writers(self, data: str, key: str) -> list[Any]:
+        """A writer into this data set's partition run per TensorBoard logger; none where it exists already."""
+        if getattr(rank_zero_only, "rank", 0) != 0:
+            return []
+        writers = []
+        for logger in self.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                folder = Path(logger.save_dir) / "partitions" / f"{data}-{key[:12] or 'data'}"
+                try:
+                    folder.mkdir(parents=True)  # atomic: of two runs starting together, one writes it
+                except FileExistsError:
+                    continue
+                writers.append(SummaryWriter(str(folder)))
+        return writers
 
     def _tensorboards(self) -> list[Any]:
+        if self._writers is not None:
+            return self._writers
         return [logger.experiment for logger in self.loggers if isinstance(logger, TensorBoardLogger)]
 
     def at(self, step: int) -> RoundLogger:

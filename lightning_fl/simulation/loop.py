@@ -334,7 +334,8 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             write_hparams(self.loggers, self.federation.aggregation,
                           {**self._run_config(), "rounds": self.trainer.max_epochs})
         if self.rounds_completed == 0:
-            RoundLogger(self.loggers, step=0, outputs=self.run_outputs).log_partition(self.trainer.datamodule)
+            RoundLogger(self.loggers, step=0, outputs=self.run_outputs).log_partition(self.trainer.datamodule,
+                                                                                      self._data_sha or "")
 
     @override
     def on_train_start(self) -> None:
