@@ -22,7 +22,7 @@ from lightning_fl.experiments.runs import Run
 from lightning_fl.experiments.stats import Stats, stats
 
 __all__ = ["LONG_HEADER", "final_client_accuracies", "history_rows", "read_long_csv", "summarize",
-           "summary_csv", "summary_markdown", "write_long_csv"]
+           "metric_unit", "summary_csv", "summary_markdown", "write_long_csv"]
 
 #: Columns of the long-format CSV of every evaluation.
 LONG_HEADER = ("run", "method", "seed", "round", "stage", "metric", "value")
@@ -34,6 +34,28 @@ MARKDOWN_COLUMNS: dict[str, tuple[str, float]] = {
     "acc_mean": ("Average (%)", 100.0), "acc_worst20": ("Worst 20% (%)", 100.0), "acc_best20": ("Best 20% (%)", 100.0),
     "acc_var": ("Variance", 1.0),
 }
+
+
+def metric_unit(metric: str) -> str:
+    """The unit of a fairness metric's raw value (``summary.csv``'s ``unit`` column).
+
+    Example:
+        >>> [metric_unit(m) for m in ("acc_mean", "acc_var", "acc_std", "jain", "loss", "round")]
+        ['fraction', 'percent^2', 'percent', 'fraction', 'nats', 'rounds']
+    """
+    if metric.startswith("acc_var"):
+        return "percent^2"  # FedFa Table 2's variance of accuracies in percent (docs/algorithms.md)
+    if metric.startswith("acc_std"):
+        return "percent"
+    if metric.startswith(("acc_", "jain")):
+        return "fraction"
+    return {"loss": "nats", "round": "rounds"}.get(metric, "")
+
+
+#: What each metric can take (raw units): a 95% interval is clipped to it in the markdown tables.
+def _metric_range(metric: str) -> tuple[float, float]:
+    unit = metric_unit(metric)
+    return (0.0, 1.0) if unit == "fraction" else (0.0, math.inf) if unit else (-math.inf, math.inf)
 
 
 def history_rows(run: Run) -> list[Row]:
@@ -91,10 +113,13 @@ def summarize(rows: Sequence[Row], stage: str = "test") -> dict[tuple[str, str],
     return {key: stats(values[key]) for key in sorted(values, key=lambda k: (order.index(k[0]), k[1]))}
 
 
-def _cell(s: Stats | None, scale: float) -> str:
+def _cell(s: Stats | None, scale: float, metric: str = "") -> str:
     if s is None:
         return "n/a"
-    ci = "" if math.isnan(s.ci) else f" [{scale * s.ci_low:.2f}, {scale * s.ci_high:.2f}]"
+    low, high = _metric_range(metric)
+    # A t interval over few seeds can pass what the metric can take (an accuracy above 100%): clipped.
+    ci = "" if math.isnan(s.ci) else \
+        f" [{scale * max(s.ci_low, low):.2f}, {scale * min(s.ci_high, high):.2f}]"
     return f"{scale * s.mean:.2f} ± {scale * s.std:.2f}{ci}"
 
 
@@ -102,13 +127,15 @@ def summary_markdown(summary: Mapping[tuple[str, str], Stats],
                      columns: Mapping[str, tuple[str, float]] = MARKDOWN_COLUMNS) -> str:
     """Methods x metrics table of ``mean ± std [95% CI]`` across seeds, with the number of seeds.
 
+    Intervals are clipped to what the metric can take (accuracies to [0, 100]%, the variance at 0).
+
     Example:
         >>> s = summarize([("A/seed_0", "A", 0, 5, "test", "acc_mean", 0.5),
         ...                ("A/seed_1", "A", 1, 5, "test", "acc_mean", 0.7)])
         >>> print(summary_markdown(s, {"acc_mean": ("Average (%)", 100.0)}), end="")
         | Method | Seeds | Round | Average (%) |
         | :--- | ---: | ---: | ---: |
-        | A | 2 | 5 | 60.00 ± 14.14 [-67.06, 187.06] |
+        | A | 2 | 5 | 60.00 ± 14.14 [0.00, 100.00] |
     """
     methods = list(dict.fromkeys(method for method, _ in summary))
     lines = ["| Method | Seeds | Round | " + " | ".join(header for header, _ in columns.values()) + " |",
@@ -116,27 +143,29 @@ def summary_markdown(summary: Mapping[tuple[str, str], Stats],
     for method in methods:
         rounds = summary[(method, "round")]
         round_text = f"{rounds.mean:.0f}" if rounds.min == rounds.max else f"{rounds.min:.0f}-{rounds.max:.0f}"
-        cells = [_cell(summary.get((method, metric)), scale) for metric, (_, scale) in columns.items()]
+        cells = [_cell(summary.get((method, metric)), scale, metric) for metric, (_, scale) in columns.items()]
         lines.append(f"| {method.replace('|', chr(92) + '|')} | {rounds.n} | {round_text} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def summary_csv(summary: Mapping[tuple[str, str], Stats]) -> str:
-    """One line per method and metric: ``n, mean, std, ci95_low, ci95_high, min, max`` (raw values).
+    """One line per method and metric: its ``unit``, ``n, mean, std, ci95_low, ci95_high, min, max`` (raw values,
+    unclipped; :func:`metric_unit`: accuracies are fractions, the variance in percent^2).
 
     Example:
         >>> s = summarize([("A/seed_0", "A", 0, 5, "test", "acc_mean", 0.5)])
         >>> print(summary_csv(s), end="")
-        method,metric,n,mean,std,ci95_low,ci95_high,min,max
-        A,acc_mean,1,0.5,0.0,,,0.5,0.5
-        A,round,1,5.0,0.0,,,5.0,5.0
+        method,metric,unit,n,mean,std,ci95_low,ci95_high,min,max
+        A,acc_mean,fraction,1,0.5,0.0,,,0.5,0.5
+        A,round,rounds,1,5.0,0.0,,,5.0,5.0
     """
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(("method", "metric", "n", "mean", "std", "ci95_low", "ci95_high", "min", "max"))
+    writer.writerow(("method", "metric", "unit", "n", "mean", "std", "ci95_low", "ci95_high", "min", "max"))
     for (method, metric), s in summary.items():
         low, high = ("", "") if math.isnan(s.ci) else (repr(s.ci_low), repr(s.ci_high))
-        writer.writerow((method, metric, s.n, repr(s.mean), repr(s.std), low, high, repr(s.min), repr(s.max)))
+        writer.writerow((method, metric, metric_unit(metric), s.n, repr(s.mean), repr(s.std), low, high, repr(s.min),
+                         repr(s.max)))
     return buf.getvalue()
 
 

@@ -74,17 +74,19 @@ def test_summary_of_a_hand_written_long_csv(tmp_path):
     assert summary[("A", "round")].mean == 10.0
 
     lines = summary_csv(summary).splitlines()
-    assert lines[0] == "method,metric,n,mean,std,ci95_low,ci95_high,min,max"
+    assert lines[0] == "method,metric,unit,n,mean,std,ci95_low,ci95_high,min,max"
     row = next(line.split(",") for line in lines if line.startswith("A,acc_mean,"))
-    assert row[2] == "3" and [float(v) for v in row[3:]] == pytest.approx([0.7, 0.1, 0.7 - 0.24843, 0.7 + 0.24843,
-                                                                           0.6, 0.8], abs=1e-4)
+    assert row[2:4] == ["fraction", "3"] and [float(v) for v in row[4:]] == pytest.approx(
+        [0.7, 0.1, 0.7 - 0.24843, 0.7 + 0.24843, 0.6, 0.8], abs=1e-4)
+    assert next(line for line in lines if line.startswith("A,acc_var,")).split(",")[2] == "percent^2"
     table = summary_markdown(summary, {"acc_mean": ("Average (%)", 100.0), "acc_var": ("Variance", 1.0)})
     assert table.splitlines() == [
         "| Method | Seeds | Round | Average (%) | Variance |",
         "| :--- | ---: | ---: | ---: | ---: |",
-        # half-widths t_{0.975,2} = 4.3027 (4 decimals) times 10 / sqrt(3) = 24.84 and 100 / sqrt(3) = 248.42
-        "| A | 3 | 10 | 70.00 ± 10.00 [45.16, 94.84] | 200.00 ± 100.00 [-48.42, 448.42] |",
-        "| B | 2 | 10 | 60.00 ± 14.14 [-67.06, 187.06] | n/a |",
+        # half-widths t_{0.975,2} = 4.3027 (4 decimals) times 10 / sqrt(3) = 24.84 and 100 / sqrt(3) = 248.42;
+        # clipped to what the metric can take: a variance at 0, an accuracy to [0, 100]% (B: [-67.06, 187.06])
+        "| A | 3 | 10 | 70.00 ± 10.00 [45.16, 94.84] | 200.00 ± 100.00 [0.00, 448.42] |",
+        "| B | 2 | 10 | 60.00 ± 14.14 [0.00, 100.00] | n/a |",
     ]
 
 
