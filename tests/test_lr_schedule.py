@@ -99,3 +99,33 @@ def test_a_kept_client_state_trains_at_the_current_rate():
     load_state(fresh, saved.state_dict(), 0.025)
     assert fresh.param_groups[0]["lr"] == 0.025
     assert torch.equal(fresh.state[param]["momentum_buffer"], torch.ones(3))
+
+
+def test_a_per_step_schedule_restarts_every_round_and_engines_agree(tiny, tmp_path):
+    from lightning_fl.simulation.lr_schedule import ClientLrSchedule
+
+    schedule = ClientLrSchedule(lambda opt: torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.5),
+                                lambda params: torch.optim.SGD(params, lr=0.05), interval="step")
+    assert [schedule.step_rate(s) for s in (0, 1, 2)] == [0.05, 0.025, 0.0125] and schedule.lr() == 0.05
+    per_step = [*EXPONENTIAL, "--lr_scheduler_interval", "step"]
+    runs = {}
+    for engine in ("sequential", "vectorized"):
+        config = tiny(**{"model.engine": engine, "trainer.logger.init_args.name": engine})
+        assert run_cli("fit", "--config", str(config), *per_step) == 0
+        runs[engine] = _weights(_run(tmp_path, engine))
+    a, b = runs["sequential"], runs["vectorized"]
+    assert all(torch.allclose(a[k], b[k], rtol=1e-5, atol=1e-6) for k in a)
+    halves = tiny(**{"model.engine": "vectorized", "trainer.logger.init_args.name": "halves"})
+    assert run_cli("fit", "--config", str(halves), "--trainer.max_epochs", "2", *per_step) == 0
+    assert run_cli("fit", "--config", str(halves), "--ckpt_path", "last", *per_step) == 0
+    assert _same(_weights(_run(tmp_path, "halves")), runs["vectorized"])
+    # A per-step schedule that never changes within a round is the constant rate, bit for bit.
+    flat = tiny(**{"trainer.logger.init_args.name": "flat", "trainer.max_epochs": 2})
+    constant = tiny(**{"trainer.logger.init_args.name": "constant", "trainer.max_epochs": 2})
+    assert run_cli("fit", "--config", str(flat), "--lr_scheduler", "StepLR", "--lr_scheduler.step_size", "100000",
+                   "--lr_scheduler_interval", "step") == 0
+    assert run_cli("fit", "--config", str(constant)) == 0
+    assert _same(_weights(_run(tmp_path, "flat")), _weights(_run(tmp_path, "constant")))
+    decayed = tiny(**{"trainer.logger.init_args.name": "decayed", "trainer.max_epochs": 2})
+    assert run_cli("fit", "--config", str(decayed), *per_step) == 0
+    assert not _same(_weights(_run(tmp_path, "constant")), _weights(_run(tmp_path, "decayed")))

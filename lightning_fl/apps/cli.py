@@ -204,7 +204,7 @@ class FederatedCLI(LightningCLI):
 
 
 #: Top-level LightningCLI arguments that configure the client training of the loop.
-_LOOP_ALIASES = ("--optimizer", "--lr_scheduler")
+_LOOP_ALIASES = ("--optimizer", "--lr_scheduler", "--lr_scheduler_interval")
 
 
 def _loop_alias(arg: Any) -> Any:

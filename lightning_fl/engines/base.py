@@ -34,6 +34,8 @@ class LocalTrainingPlan:
         lr: The optimizer's learning rate ``eta_l`` (read from the optimizer's defaults).
         precision: The Trainer's precision string; ``16-mixed`` adds a gradient scaler per client.
         max_parallel_clients: Most clients a vectorized engine trains at once (``None``: the cohort).
+        step_lr: The learning rate of local step ``s`` of a round (``model.lr_scheduler_interval: step``),
+            the same for every client and round; ``None``: the optimizer's rate at every step.
     """
 
     optimizer_factory: Callable[[Iterable[Tensor]], Optimizer]
@@ -43,6 +45,7 @@ class LocalTrainingPlan:
     lr: float
     precision: str = "32-true"
     max_parallel_clients: int | None = None
+    step_lr: Callable[[int], float] | None = None
 
 
 def num_local_steps(num_samples: Tensor, local_epochs: int, batch_size: int) -> Tensor:

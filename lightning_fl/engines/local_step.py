@@ -59,10 +59,12 @@ class LocalStep:
         hooks: The run's client hooks.
         optimizer: The client optimizer over the target's leaves.
         scaler: The ``16-mixed`` gradient scaler, or ``None``.
+        step_lr: The learning rate of each local step (a per-step schedule), or ``None``.
     """
 
-    def __init__(self, hooks: ClientHookSet, optimizer: Optimizer, scaler: torch.amp.GradScaler | None) -> None:
-        self.hooks, self.optimizer, self.scaler = hooks, optimizer, scaler
+    def __init__(self, hooks: ClientHookSet, optimizer: Optimizer, scaler: torch.amp.GradScaler | None,
+                 step_lr: Callable[[int], float] | None = None) -> None:
+        self.hooks, self.optimizer, self.scaler, self.step_lr = hooks, optimizer, scaler, step_lr
         self.use_term = hooks.has("local_loss_term")
         self.use_fix = hooks.has("correct_local_gradients")
         self.use_after = hooks.has("after_local_step")
@@ -79,6 +81,10 @@ class LocalStep:
         if self.use_fix:
             target.correct_gradients(lambda params, grads: hooks.correct_local_gradients(ctx, params, grads))
         before = target.snapshot() if self.use_after else None
+        if self.step_lr is not None:
+            lr = self.step_lr(step_idx)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
         if scaler is not None:
             scaler.step(self.optimizer)
             scaler.update()

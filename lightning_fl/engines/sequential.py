@@ -78,7 +78,7 @@ class SequentialEngine(ClientEngine):
         saved = self.store.optimizer_state(client_id)
         if saved is not None:
             load_state(optimizer, saved, plan.lr)
-        local_step = LocalStep(hooks, optimizer, self._make_scaler())
+        local_step = LocalStep(hooks, optimizer, self._make_scaler(), self.plan.step_lr)
         target = _WorkingModule(self.work, self._named)
         hooks.on_local_train_start(ctx)
         correct = torch.zeros((), device=y_all.device)

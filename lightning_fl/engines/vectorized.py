@@ -205,7 +205,7 @@ class VectorizedEngine(ClientEngine):
                hooks: ClientHookSet) -> dict[int, dict]:
         """Every local step of a chunk; returns the kept per-client optimizer states (if kept)."""
         keep, kept = self.store.keep_optimizer_state, {}
-        local_step = LocalStep(hooks, optimizer, self._make_scaler())
+        local_step = LocalStep(hooks, optimizer, self._make_scaler(), self.plan.step_lr)
         target = _StackedClients(self, full, leaves, batches)
         for step, now in enumerate(schedule.active):
             if now != target.active:  # the last clients finished: train only the prefix from now on

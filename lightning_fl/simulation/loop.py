@@ -102,6 +102,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         lr_scheduler: A ``torch.optim.lr_scheduler`` class stepped once per round: round ``t``'s clients
             train at its rate after ``t`` steps (``--lr_scheduler ExponentialLR --lr_scheduler.gamma 0.99``;
             docs/algorithms.md, Local training). Logged as ``train/lr``.
+        lr_scheduler_interval: ``round`` (default) or ``step``: step it after every local step instead.
         eval_batch_size: Samples per forward pass when evaluating all clients.
         client_state: Where callbacks' per-client state (SCAFFOLD controls, IGFL deltas, ...) lives:
             ``memory`` (default) or ``disk``, append-only files under ``<run dir>/client_state`` read
@@ -174,6 +175,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         aggregation: AggregationPipeline | None = None,
         attack: Attack | None = None,
         lr_scheduler: LRSchedulerCallable | None = None,
+        lr_scheduler_interval: str = "round",
     ) -> None:
         super().__init__()
         if not isinstance(client, ClientModule):
@@ -221,7 +223,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         self.resume_despite_changes = resume_despite_changes
         self.aggregation = aggregation if aggregation is not None else AggregationPipeline()
         self.attack = attack
-        self.lr_scheduler = lr_scheduler
+        self.lr_scheduler, self.lr_scheduler_interval = lr_scheduler, lr_scheduler_interval
         self.lr_schedule: ClientLrSchedule | None = None
         self.honest_clients: Tensor | None = None  # (N,) bool with an attack: whose metrics are the headline
         self._data_sha: str | None = None
@@ -280,7 +282,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             self.system.setup(data.num_clients, self.seed, self.local_epochs, self.batch_size, data.train_sizes(),
                               model_bytes=self.layout.numel * 4)
         if self.lr_scheduler is not None:
-            self.lr_schedule = ClientLrSchedule(self.lr_scheduler, self.optimizer_factory)
+            self.lr_schedule = ClientLrSchedule(self.lr_scheduler, self.optimizer_factory, self.lr_scheduler_interval)
         plan = LocalTrainingPlan(self.optimizer_factory, self.local_epochs, self.batch_size, self.seed,
                                  self.client_lr, precision, self.max_parallel_clients)
         self.engine: ClientEngine = build_engine(self.engine_name, plan, self.model, self.trainer.strategy.root_device)
