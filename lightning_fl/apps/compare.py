@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lightning_fl.experiments import GridResult, Run, parse_seeds, run_grid
-from lightning_fl.experiments.launcher import RunFailed, launch
+from lightning_fl.experiments.launcher import RunFailed, command_line, launch
 from lightning_fl.experiments.tuning import TUNE_METRICS
 from lightning_fl.faults.validation import ConfigError
 
@@ -91,4 +91,4 @@ def main(argv: list[str] | None = None, launcher: Callable[[Run], float] = launc
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

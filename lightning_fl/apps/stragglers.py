@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from lightning_fl.experiments.launcher import launch, run_all
+from lightning_fl.experiments.launcher import command_line, launch, run_all
 from lightning_fl.experiments.run_info import read_scalars
 from lightning_fl.experiments.runs import Run, is_finished, parse_seeds, plan_runs
 from lightning_fl.experiments.stats import (
@@ -135,4 +135,4 @@ def main(argv: list[str] | None = None, launcher: Callable[[Run], float] = launc
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from lightning_fl.experiments.progress import RunProgress
 from lightning_fl.experiments.runs import (
@@ -50,7 +51,7 @@ from lightning_fl.experiments.runs import (
 from lightning_fl.experiments.runs import matches as _same_run
 from lightning_fl.simulation.default_callbacks import ROUND_LINES_ENVIRONMENT
 
-__all__ = ["RunFailed", "RunInterrupted", "checkpoint_rounds", "interrupting_signal", "launch", "run_all", "train_in_subprocess"]
+__all__ = ["RunFailed", "RunInterrupted", "command_line", "checkpoint_rounds", "interrupting_signal", "launch", "run_all", "train_in_subprocess"]
 
 #: Exits that mean "stopped from outside", not "failed": the run is resumed from its checkpoint.
 INTERRUPTING_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGKILL, signal.SIGTERM, signal.SIGUSR1)
@@ -230,6 +231,21 @@ def launch(run: Run, train: Callable[[Run], int] = train_in_subprocess, max_inte
               "history": notes, "outputs": output_digests(run)}
     (run.log_dir / FINISHED).write_text(json.dumps(marker))
     return seconds
+
+
+def command_line(main: Callable[[], Any]) -> Any:
+    """Run an experiment command's ``main``: a failed run, or a Ctrl-C between runs (while reports are
+    written, say), ends in one line and an exit code instead of a traceback. During :func:`run_all` the
+    signals are handled there (the runs in flight finish their round)."""
+    try:
+        return main()
+    except RunFailed as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print("error: interrupted; run the same command again to go on (finished runs are kept)", file=sys.stderr,
+              flush=True)
+        sys.exit(128 + signal.SIGINT)
 
 
 def run_all(runs: Sequence[Run], jobs: int = 2, launcher: Callable[[Run], float] = launch,

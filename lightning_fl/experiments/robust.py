@@ -30,7 +30,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lightning_fl.experiments.grid import GridResult, run_grid
-from lightning_fl.experiments.launcher import launch
+from lightning_fl.experiments.launcher import command_line, launch
 from lightning_fl.experiments.runs import Run, parse_seeds
 from lightning_fl.experiments.stats import Stats, stats
 from lightning_fl.faults.validation import ConfigError
@@ -223,4 +223,4 @@ def _write_csv(rows: Sequence[dict], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

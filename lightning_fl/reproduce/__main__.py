@@ -10,6 +10,7 @@ from pathlib import Path
 from lightning_fl.experiments.runs import parse_seeds
 from lightning_fl.faults.validation import ConfigError
 from lightning_fl.reproduce.paper import SCALES, Paper
+from lightning_fl.experiments.launcher import command_line
 
 PAPERS = ("fedfa", "igfl", "dwfed", "tempo")
 
@@ -56,4 +57,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command_line(main))

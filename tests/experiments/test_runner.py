@@ -205,3 +205,16 @@ def test_runs_started_by_the_runner_log_a_line_per_round(tiny, monkeypatch, caps
     assert run_cli("fit", "--config", str(config)) == 0
     lines = [line.split(" (")[0] for line in capsys.readouterr().out.splitlines() if line.startswith("round ")]
     assert lines == ["round 1/3", "round 2/3", "round 3/3"]
+
+
+def test_a_ctrl_c_between_runs_ends_in_one_line(capsys):
+    from lightning_fl.experiments.launcher import command_line
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as exit_info:
+        command_line(interrupted)
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err == ("error: interrupted; run the same command again to go on (finished runs are"
+                                       " kept)\n")
