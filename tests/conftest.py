@@ -15,7 +15,7 @@ from lightning_fl.state.seeding import derive_seed
 
 torch.set_num_threads(1)  # deterministic and fast on CI's 2 cores
 
-#: The shipped configs' ModelCheckpoint: ``last.ckpt`` after every round (README, "Checkpoints and resuming").
+#: The shipped configs' ModelCheckpoint: ``last.ckpt`` after every round (docs/running.md, "Checkpoints and resuming").
 ROUND_CHECKPOINT = {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
                     "init_args": {"filename": "last", "every_n_epochs": 1, "save_on_train_epoch_end": True,
                                   "enable_version_counter": False}}

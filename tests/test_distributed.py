@@ -63,7 +63,7 @@ def test_two_processes_train_the_single_process_model(two_processes, name: str, 
         assert torch.equal(one["weights"], two["weights"])
         # Evaluation is sharded by chunks of samples and gathered: the same fairness metrics.
         assert one["history"] == two["history"]
-    else:  # other chunks (vectorized) or partial sums (reduce): equal to float rounding (README, Scaling out)
+    else:  # other chunks (vectorized) or partial sums (reduce): equal to float rounding (docs/scaling.md, "Scaling out")
         torch.testing.assert_close(two["weights"], one["weights"], rtol=1e-5, atol=1e-6)
         _assert_history_close(one["history"], two["history"])
 

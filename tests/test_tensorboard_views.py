@@ -28,7 +28,7 @@ PLUGINS = {"scalars": "list_scalars", "histograms": "list_tensors", "images": "l
 FAIRNESS = ("val/acc_mean", "val/acc_weighted", "val/acc_pooled", "val/acc_worst20", "val/acc_best20", "val/acc_var",
             "val/acc_std", "val/acc_min", "val/acc_max", "val/jain")
 FAIRNESS += tuple(name.replace("val/", "test/", 1) for name in FAIRNESS)  # validation and test splits
-#: What every run writes (README "What a run writes").
+#: What every run writes (docs/outputs.md, "What a run writes").
 EVERY_RUN = {
     "scalars": {*FAIRNESS, "train/loss", "train/acc", "round/seconds", "round/clients"},
     "histograms": {"val/client_acc", "test/client_acc"},
@@ -40,7 +40,7 @@ PARTITION_RUN = {
     "images": {"data/label_distribution_figure"},
     "text": {"data/summary/text_summary"},  # torch's SummaryWriter.add_text appends "/text_summary"
 }
-#: Per shipped config: the algorithm tags the README, the callback's docstring and the config promise.
+#: Per shipped config: the algorithm tags docs/outputs.md, the callback's docstring and the config promise.
 PROMISED = {
     "fedfa_synthetic": {"scalars": {"server/momentum_norm"}, "histograms": {"server/weights"},
                         "images": {"server/weights_figure"}},

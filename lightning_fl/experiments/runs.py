@@ -4,7 +4,7 @@ A :class:`Run` is one ``python -m lightning_fl fit`` command logging to ``<save_
 Its command is its identity: :func:`is_finished` keeps a run whose ``finished.json`` records the same
 command and the same config file contents, so rerunning an experiment only trains what is missing.
 A run that was interrupted (``started.json`` with the same command, but no ``finished.json``) resumes
-from its ``checkpoints/last.ckpt`` (:func:`resumable_checkpoint`), which continues bit for bit (README,
+from its ``checkpoints/last.ckpt`` (:func:`resumable_checkpoint`), which continues bit for bit (docs/running.md,
 "Checkpoints and resuming"). :mod:`~lightning_fl.experiments.launcher` trains them; see
 docs/experiments.md.
 """
