@@ -85,3 +85,19 @@ def test_an_optional_logger_without_its_package_says_what_to_install_in_one_line
     assert run_cli("fit", "--config", str(tiny()), "--trainer.logger", logger) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: {logger} needs the package {package}, which is not installed: pip install -e '.[{package}]'"]
+
+
+def test_runs_without_a_logger_get_a_folder_each_and_resume_in_theirs(tiny, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = tiny(**{"trainer.logger": False, "trainer.max_epochs": 2})
+    assert run_cli("fit", "--config", str(config)) == 0
+    assert run_cli("fit", "--config", str(config)) == 0
+    runs = tmp_path / "lightning_logs"
+    assert sorted(p.name for p in runs.iterdir()) == ["version_0", "version_1"]
+    for run in runs.iterdir():
+        assert (run / "fairness_summary.md").is_file() and (run / "checkpoints" / "last.ckpt").is_file()
+    assert not (tmp_path / "fairness_summary.md").exists() and not (tmp_path / "checkpoints").exists()
+    checkpoint = runs / "version_0" / "checkpoints" / "last.ckpt"
+    assert run_cli("fit", "--config", str(config), "--trainer.max_epochs", "3", "--ckpt_path", str(checkpoint)) == 0
+    assert sorted(p.name for p in runs.iterdir()) == ["version_0", "version_1"]  # went on in version_0
+    assert "after 3 rounds" in (runs / "version_0" / "fairness_summary.md").read_text()

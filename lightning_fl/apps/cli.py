@@ -19,6 +19,7 @@ import lightning_fl.callbacks  # noqa: F401  (registers the default callbacks: F
 from lightning_fl.aggregation.config_errors import stage_config_error
 from lightning_fl.apps import checkpoint_keywords
 from lightning_fl.apps.algorithm_choice import algorithm_names, keep_last_aggregation
+from lightning_fl.apps.loggerless_runs import assign_run_folder, forget_run_folder
 from lightning_fl.datamodules.partitions.config_errors import partition_config_error
 from lightning_fl.faults.checkpoint_io import AtomicCheckpointIO
 from lightning_fl.faults.dead_rank import lost_rank
@@ -195,6 +196,8 @@ class FederatedCLI(LightningCLI):
         check_strategy(trainer.get("strategy", "auto"))
         check_trainer(self.subcommand, trainer)
         check_precision(trainer.get("precision"), trainer.get("accelerator", "auto"))
+        if self.subcommand == "fit":
+            assign_run_folder(trainer, config.get("ckpt_path"))
         if self.subcommand == "fit" and config.get("ckpt_path"):
             continue_run_directory(trainer.get("logger"), str(config["ckpt_path"]),
                                    getattr(self, "_resumed_rounds", None))
@@ -295,6 +298,7 @@ def main(args: list[str] | None = None) -> None:
         multi_process = close_process_group()
     finally:
         preemption.uninstall()
+        forget_run_folder()
     if multi_process:
         # Everything is written and flushed, and every rank has passed the last barrier; skip the C++
         # teardown of gloo's and the rendezvous store's threads, which can abort a finished run at

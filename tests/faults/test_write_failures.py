@@ -60,8 +60,9 @@ def test_the_messages_are_documented() -> None:
 
 # ----------------------------------------------------------------------------------------- client state
 def test_client_state_at_a_file_size_limit(tiny, tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    config = tiny(**SCAFFOLD, **{"trainer.logger": False, "trainer.default_root_dir": str(run),
+    root = tmp_path / "run"
+    run = root / "lightning_logs" / "version_0"  # the folder of a run without a logger
+    config = tiny(**SCAFFOLD, **{"trainer.logger": False, "trainer.default_root_dir": str(root),
                                  "data.init_args.num_clients": 12, "model.clients_per_round": 6})
     # One round appends 6 rows of 610 fp32 values (14,640 bytes); last.ckpt is about as large. With
     # ulimit -f at 20,000 bytes, round 1 and its checkpoint fit and round 2's third row does not.
