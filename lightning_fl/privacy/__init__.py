@@ -5,3 +5,7 @@
 Gaussian noise), adaptive clipping (Andrew et al. 2021), local DP, and the accounting of
 :mod:`lightning_fl.privacy.accounting` over Google's ``dp-accounting``.
 """
+from lightning_fl.privacy.config import DifferentialPrivacy
+from lightning_fl.privacy.stages import AdaptiveClipping
+
+__all__ = ["AdaptiveClipping", "DifferentialPrivacy"]

@@ -124,6 +124,22 @@ def fixed_size_epsilon(num_clients: int, cohort: int, z: float, rounds: int, del
         return float(acc.get_epsilon(delta))
 
 
+def local_epsilon(z: float, releases: int, delta: float) -> float:
+    """Local DP: ``epsilon`` of one client after ``releases`` noised updates, ``GaussianDpEvent(z/2)`` each, replace-one RDP.
+
+    No sampling amplification is claimed: each release is the client's own clipped update plus noise.
+    """
+    check_delta(delta)
+    if releases == 0:
+        return 0.0
+    if z == 0:
+        return math.inf
+    with _quiet_rdp():
+        acc = make_accountant("rdp", "replace_one")
+        acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z / 2), releases))
+        return float(acc.get_epsilon(delta))
+
+
 def calibrate_noise(target_epsilon: float, delta: float, rounds: int, q: float, accountant: str = "pld",
                     event: Callable[[float], dp_accounting.DpEvent] | None = None,
                     accountant_factory: Callable[[], dp_accounting.PrivacyAccountant] | None = None) -> float:
@@ -186,4 +202,4 @@ def check_delta(delta: float, field: str = "model.dp.delta") -> None:
 
 
 __all__ = ["ACCOUNTANTS", "MAX_NOISE_MULTIPLIER", "SAMPLINGS", "Segment", "calibrate_noise", "check_delta", "check_epsilon", "epsilon",
-           "fixed_size_epsilon", "ledger_epsilon", "make_accountant", "round_event", "update_noise_multiplier"]
+           "fixed_size_epsilon", "ledger_epsilon", "local_epsilon", "make_accountant", "round_event", "update_noise_multiplier"]

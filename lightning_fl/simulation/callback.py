@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from pytorch_lightning import Callback
 from torch import Tensor
 
@@ -140,6 +141,12 @@ class AggregationCallback(FederatedCallback):
         combination = self.combination(round_idx, global_w, update, federation, log)
         w_agg = self.combine(round_idx, global_w, update, combination, federation, log)
         return self.server_optimizer.step(global_w, w_agg, log)
+
+    def aggregate_empty(self, round_idx: int, global_w: Tensor, federation: Federation, log: RoundLogger) -> Tensor:
+        """``w^{t+1}`` of a round with no member under ``model.dp``: the server step on ``w^t`` plus the DP noise."""
+        ctx = StageContext(round_idx, torch.zeros(0, dtype=torch.long), global_w, federation.seed, self.pipeline.f, log,
+                           self.warn_once)
+        return self.server_optimizer.step(global_w, self.pipeline.combine_empty(global_w, ctx), log)
 
     def combine(self, round_idx: int, global_w: Tensor, update: CohortUpdate, combination: Combination,
                 federation: Federation, log: RoundLogger) -> Tensor:

@@ -19,7 +19,8 @@ from torch.utils.tensorboard.summary import hparams
 METRIC_TAGS = tuple(f"{split}/{name}" for split in ("val", "test")
                     for name in ("acc_mean", "acc_worst20", "acc_best20", "acc_var", "acc_pooled", "jain", "loss")
                     ) + ("test/acc_mean_last10pct",  # IGFL's metric, logged once at the end of fit
-                         "test/all/acc_mean", "test/all/acc_worst20")  # every client, under model.attack
+                         "test/all/acc_mean", "test/all/acc_worst20",  # every client, under model.attack
+                         "dp/epsilon")  # the privacy spent so far, under model.dp
 _SKIPPED = ("data contents", "model.client shapes")  # a digest and tensor shapes: nothing to sort runs by
 
 

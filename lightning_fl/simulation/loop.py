@@ -29,6 +29,7 @@ from lightning_fl.faults.dead_rank import report_dead_children
 from lightning_fl.faults.preemption import Preemption
 from lightning_fl.faults.validation import ConfigError, check_choice, check_positive
 from lightning_fl.models.base import ClientModule
+from lightning_fl.privacy.config import DifferentialPrivacy
 from lightning_fl.reporting.round_logger import RoundLogger, RunOutputs
 from lightning_fl.simulation.callback import AggregationCallback, FederatedCallback
 from lightning_fl.simulation.datamodule import FederatedDataModule
@@ -129,6 +130,8 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             ``SignFlip``, ``Scale``, ``Gaussian``, ``ALIE``, ``IPM``), a fraction of all clients fixed from the
             seed; ``val/*`` and ``test/*`` then cover the honest clients and ``test/all/*`` everyone
             (docs/algorithms.md, Attacks (Byzantine clients)). ``None`` (default): no attack.
+        dp: Client-level differential privacy (:class:`~lightning_fl.privacy.DifferentialPrivacy`), central or
+            local, with ``dp/epsilon`` logged every round (docs/algorithms.md, Client-level differential privacy).
         cpu_threads: Intra-op threads for torch on CPU. ``None`` (auto) uses 1 thread for models under
             one million parameters: their per-step kernels are microseconds long, and a second thread
             makes each step wait on a barrier (10x slower when the machine is busy with other runs).
@@ -167,6 +170,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         resume_despite_changes: bool = False,
         aggregation: AggregationPipeline | None = None,
         attack: Attack | None = None,
+        dp: DifferentialPrivacy | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(client, ClientModule):
@@ -213,7 +217,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         self.on_client_divergence = on_client_divergence
         self.resume_despite_changes = resume_despite_changes
         self.aggregation = aggregation if aggregation is not None else AggregationPipeline()
-        self.attack = attack
+        self.attack, self.dp = attack, dp
         self.honest_clients: Tensor | None = None  # (N,) bool with an attack: whose metrics are the headline
         self._data_sha: str | None = None
         self.collective_timeout = float(collective_timeout)
@@ -292,7 +296,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         self.rounds = RoundRunner(self.model, self.engine, self.sampler, self.store, self.hierarchy, self.federation,
                                   callbacks, self.sharding, reduce=self.exchange == "reduce", system=self.system,
                                   on_client_divergence=self.on_client_divergence, pipeline=self.aggregation,
-                                  attack=self.attack)
+                                  attack=self.attack, dp=self.dp, rounds=self.trainer.max_epochs)
         self.rounds.setup_callbacks(training=stage == "fit", make_rows=self._row_store_factory())
 
     def _client_state_dir(self) -> Path | None:
@@ -355,6 +359,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         torch.manual_seed(derive_seed(self.seed, "torch", round_idx))  # dropout etc. replay on resume
         log = self.round_logger(round_idx + 1)
         result = self.rounds.run(round_idx, log)
+        self.trainer.should_stop = self.trainer.should_stop or self.rounds.stop_requested  # model.dp.on_budget
         self._count_server_step()
         self.rounds_completed = round_idx + 1
         if result is None:  # an empty round (model.system): nothing trained, nothing to aggregate

@@ -59,6 +59,8 @@ def run_config(loop: Any, datamodule: Any, callbacks: Iterable[FederatedCallback
         config["model.aggregation"] = describe(loop.aggregation)
     if loop.attack is not None:
         config["model.attack"] = describe(loop.attack)
+    if getattr(loop, "dp", None) is not None:
+        config["model.dp"] = describe(loop.dp)
     config["model.client"] = type(loop.model).__qualname__
     config["model.client shapes"] = {n: list(p.shape) for n, p in loop.model.state_dict().items()}
     probe = loop.optimizer_factory([torch.nn.Parameter(torch.zeros(1))])
