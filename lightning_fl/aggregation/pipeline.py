@@ -42,12 +42,16 @@ class Combination:
         rows: The algorithm's map of the raw rows ``Δ_k = y_k - w^t`` (FedNova: ``Δ_k / a_k``); ``None``: identity.
         exact: The algorithm's own ``w^t + s sum p_k u_k`` computed as before the pipeline (bitwise the
             shipped results); ``None``: ``update.weighted_sum(p)``.
+        own_weights: A DP-safe algorithm's ``(K,)`` weights ``a_k in [0, 1]``, each from client ``k``'s own data
+            and public values, never normalised over the cohort; ``model.dp``'s fixed-denominator sum reads
+            them (docs/algorithms.md, Client-level differential privacy). ``None``: not DP-safe.
     """
 
     p: Tensor
     scale: float | Tensor = 1.0
     rows: Callable[[Tensor], Tensor] | None = None
     exact: Callable[[], Tensor] | None = None
+    own_weights: Tensor | None = None
 
 
 class AggregationPipeline(RecordsInitArgs):
@@ -165,6 +169,7 @@ class AggregationPipeline(RecordsInitArgs):
         if self.is_identity:
             return combination.exact() if combination.exact is not None else update.weighted_sum(combination.p)
         U = update.weights - global_w
+        ctx.own_weights = combination.own_weights
         if combination.rows is not None:
             U = combination.rows(U)
         honest_mean = None

@@ -20,10 +20,13 @@ from lightning_fl.faults.validation import ConfigError
 #: and server optimizers, which are post-processing of the released aggregate.
 ALLOWED = ("FedAvg", "FedProx", "FedAvgM", "FedAdam", "FedYogi", "FedAdagrad", "FedFaMo")
 
+#: Algorithms with a DP-safe variant (``dp_safe: true``): bounded per-client weights over a fixed denominator.
+DP_SAFE = ("FedFa", "QFFL")
+
 #: Why the others are refused (``None``: no reason more specific than "not analysed").
 REFUSED = {
-    "FedFa": "its weights are normalised over the cohort's accuracies and participation counts",
-    "QFFL": "its weights F_k^q are normalised over the cohort and F_k^q is unbounded",
+    "FedFa": "its weights are normalised over the cohort's accuracies and participation counts (set dp_safe: true)",
+    "QFFL": "its weights F_k^q are normalised over the cohort and F_k^q is unbounded (set dp_safe: true)",
     "FedAdp": "its weights come from the cohort-mean gradient angle, normalised over the cohort",
     "IGFL": "IGFL-S weighs each client by a softmax over the cohort",
     "IGFLServer": "IGFL-S weighs each client by a softmax over the cohort",
@@ -70,10 +73,14 @@ def check_composition(algorithm: str, algorithm_args: dict, callbacks: Iterable[
     if sampling == "by_samples":
         raise ConfigError("model.sampling: by_samples makes inclusion depend on the data under model.dp; use uniform"
                           " (model.dp.sampling decides the cohort)")
+    dp_safe = bool(algorithm_args.get("dp_safe")) and algorithm in DP_SAFE
+    if dp_safe and local:
+        raise ConfigError(f"model.dp.local: {algorithm}'s DP-safe weights read private statistics that local DP does not"
+                          " noise; use FedAvg weights, or central DP")
     for name in (algorithm, *callbacks):
-        if name in REFUSED:
+        if name in REFUSED and not (dp_safe and name == algorithm):
             raise ConfigError(refusal(name))
-    if algorithm not in ALLOWED:
+    if algorithm not in ALLOWED and not dp_safe:
         raise ConfigError(refusal(algorithm))
     if local:
         if algorithm_args.get("weighting", "uniform") == "samples" and not public_sizes:
@@ -88,4 +95,4 @@ def check_composition(algorithm: str, algorithm_args: dict, callbacks: Iterable[
                           " client is added, so central DP's sensitivity bound fails; remove it, or use model.dp.local")
 
 
-__all__ = ["ALLOWED", "REFUSED", "check_composition", "refusal"]
+__all__ = ["ALLOWED", "DP_SAFE", "REFUSED", "check_composition", "refusal"]

@@ -43,8 +43,8 @@ class DifferentialPrivacy(RecordsInitArgs):
     """Client-level DP: central DP-FedAvg (McMahan et al. 2018), adaptive clipping, or local DP.
 
     Give ``noise_multiplier`` or ``target_epsilon``. The guarantee is client-level ``(epsilon, delta)``
-    under adding or removing one client's whole data, for the released global models (docs/algorithms.md,
-    Client-level differential privacy, What the guarantee covers).
+    under adding or removing one client's whole data, for the released global models
+    (docs/algorithms.md, What the guarantee covers).
 
     Args:
         noise_multiplier: ``z >= 0``: the noise std is ``z`` times the sensitivity (local DP: ``z_L``).
@@ -127,7 +127,10 @@ class DifferentialPrivacy(RecordsInitArgs):
     def setup(self, num_clients: int, cohort: int, train_sizes: Tensor, rounds: int) -> None:
         """Resolve ``q``, ``delta``, ``W`` and ``z`` for ``N = num_clients``, ``K = cohort`` and the planned ``rounds``."""
         n = num_clients
-        self.num_clients, self.cohort, self.rounds = n, cohort, max(int(rounds), 1)
+        if self.target_epsilon is not None and not (isinstance(rounds, int) and rounds >= 1):
+            raise ConfigError(f"model.dp.target_epsilon is calibrated over the planned rounds: set trainer.max_epochs"
+                              f" (got {rounds!r})")
+        self.num_clients, self.cohort, self.rounds = n, cohort, rounds
         self.q = self.sampling_rate if self.sampling == "poisson" and self.sampling_rate is not None else cohort / n
         if self.delta is None:
             self.delta = n ** -1.1
@@ -165,24 +168,34 @@ class DifferentialPrivacy(RecordsInitArgs):
         return calibrate_noise(self.target_epsilon, self.delta, self.rounds, self.q, self.accountant)
 
     def install(self, pipeline: AggregationPipeline, algorithm: str, algorithm_args: dict[str, Any],
-                callbacks: list[str], *, hierarchy: bool, system: bool, sampling: str) -> None:
-        """Check the composition and put the DP stages into ``pipeline`` (the clip last among the row transforms)."""
+                callbacks: list[str], *, hierarchy: bool, system: bool, sampling: str, own_weights: bool = False) -> None:
+        """Check the composition and put the DP stages into ``pipeline`` (the clip last among the row transforms).
+
+        ``own_weights``: the algorithm supplies DP-safe ``a_k in [0, 1]`` every round (``dp_safe: true``); the
+        fixed denominator is then ``qN``, the largest ``qW`` they can reach.
+        """
         check_composition(algorithm, algorithm_args, callbacks, pipeline, local=self.local,
                           public_sizes=self.public_sizes, hierarchy=hierarchy, system=system, sampling=sampling)
+        if not self.local and not own_weights and algorithm_args.get("weighting") == "samples":
+            rank_zero_warn(f"model.dp: {algorithm}'s weighting: samples is replaced by the DP weights a_k ="
+                           f" {'1' if self.weight_cap is None else 'min(n_k / weight_cap, 1)'} over a fixed denominator"
+                           " (set model.dp.weight_cap to weigh by capped sizes)")
         if self.local:
             self.local_noise = LocalDPNoise(self.clip_norm, self.z, self.num_clients)
             pipeline.transforms.append(self.local_noise)
             return
         clip = DPClip(self.clip_norm, self.adaptive, self.count_noise, self.q * self.num_clients)
+        total = float(self.num_clients) if own_weights else self.total_weight
         if self.sampling == "fixed":
             denominator, factor = float(self.cohort), 1.0
         elif self.estimator == "f_c":
-            denominator = self.q * (self.min_weight if self.min_weight is not None else self.total_weight)
+            denominator = self.q * (self.min_weight if self.min_weight is not None else total)
             factor = 2.0
         else:
-            denominator, factor = self.q * self.total_weight, 1.0
+            denominator, factor = self.q * total, 1.0
         pipeline.transforms.append(clip)
-        pipeline.rule = DPSum(self.weights, denominator, self.estimator if self.sampling == "poisson" else "f_f")
+        pipeline.rule = DPSum(None if own_weights else self.weights, denominator,
+                              self.estimator if self.sampling == "poisson" else "f_f")
         self.noise = DPNoise(clip, self.z_update, denominator, factor, (self.q, self.z))
         pipeline.aggregate_transforms.append(self.noise)
 

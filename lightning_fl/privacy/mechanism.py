@@ -79,6 +79,44 @@ def noised_unclipped_fraction(unclipped: Tensor, sigma_b: float, expected_cohort
     return min(max((centred + noise) / expected_cohort + 0.5, 0.0), 1.0)
 
 
+def bounded_information(x: Tensor, i_max: float = 10.0) -> Tensor:
+    """``I(x) = min(-log2(max(x, 2^-I_max)), I_max) / I_max``, in ``[0, 1]``: FedFa's information quantity, bounded.
+
+    Example:
+        >>> bounded_information(torch.tensor([1.0, 0.5, 0.0])).tolist()
+        [0.0, 0.1, 1.0]
+    """
+    floor = 2.0 ** -i_max
+    # 0 - log2 rather than -log2: x = 1 gives +0.0, not -0.0.
+    return torch.clamp(0.0 - torch.log2(torch.clamp(x.double(), min=floor)), max=i_max) / i_max
+
+
+def dp_safe_fedfa_weights(accuracy: Tensor, past_participations: Tensor, round_idx: int, alpha: float, beta: float,
+                          i_max: float = 10.0) -> Tensor:
+    """DP-safe FedFa (ours): ``a_k = alpha I(acc_k) + beta I(1 - f_k / (t + 1))``, in ``[0, 1]``, never normalised.
+
+    Each weight reads client ``k``'s own accuracy and its participation count ``f_k`` (past rounds),
+    which Poisson sampling makes independent of the data. A lower accuracy still earns a larger weight,
+    FedFa's intent.
+
+    Example:
+        >>> dp_safe_fedfa_weights(torch.tensor([0.5, 1.0]), torch.tensor([0, 1]), 1, 0.5, 0.5).tolist()
+        [0.05, 0.05]
+    """
+    frequency = 1.0 - past_participations.double() / (round_idx + 1)
+    return alpha * bounded_information(accuracy, i_max) + beta * bounded_information(frequency, i_max)
+
+
+def dp_safe_qffl_weights(losses: Tensor, q: float, f_max: float) -> Tensor:
+    """DP-safe q-FFL (ours): ``a_k = (min(F_k, F_max) / F_max)^q`` in ``[0, 1]``, for a declared ``F_max``.
+
+    Example:
+        >>> dp_safe_qffl_weights(torch.tensor([0.5, 2.0, 4.0]), 2.0, 2.0).tolist()
+        [0.0625, 1.0, 1.0]
+    """
+    return (torch.clamp(losses.double(), min=0.0, max=f_max) / f_max) ** q
+
+
 def next_clip_norm(clip_norm: float, fraction: float, target_quantile: float, learning_rate: float) -> float:
     """``C_{t+1} = C_t exp(-eta_C (b̄ - gamma))``: the geometric update toward the ``gamma`` quantile of the norms.
 
@@ -89,5 +127,5 @@ def next_clip_norm(clip_norm: float, fraction: float, target_quantile: float, le
     return clip_norm * math.exp(-learning_rate * (fraction - target_quantile))
 
 
-__all__ = ["ESTIMATORS", "dp_weights", "fixed_denominator_sum", "keyed_gaussian", "next_clip_norm",
+__all__ = ["ESTIMATORS", "bounded_information", "dp_safe_fedfa_weights", "dp_safe_qffl_weights", "dp_weights", "fixed_denominator_sum", "keyed_gaussian", "next_clip_norm",
            "noised_unclipped_fraction"]

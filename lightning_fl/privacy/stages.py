@@ -83,19 +83,27 @@ class DPSum(CombiningRule):
     """The fixed-denominator sum ``sum_S a_k ū_k / D`` (``f_f``: ``D = qW``; ``f_c``: ``max(qW_min, sum_S a_k)``).
 
     Args:
-        weights: ``(N,)`` ``a_k in [0, 1]`` of every client (its own size and public values only).
-        denominator: ``qW`` (``f_f``), ``qW_min`` (``f_c``), or ``K`` under fixed-size sampling.
+        weights: ``(N,)`` ``a_k in [0, 1]`` of every client (its own size and public values only); ``None``:
+            the algorithm's own DP-safe weights of each round (``StageContext.own_weights``).
+        denominator: ``qW`` (``f_f``), ``qW_min`` (``f_c``), ``qN`` with the algorithm's weights, or ``K``
+            under fixed-size sampling.
         estimator: ``f_f`` or ``f_c``.
     """
 
     reads_weights = True  # it replaces the algorithm's p with a_k: no "ignores p" warning
     needs_every_row = True
 
-    def __init__(self, weights: Tensor, denominator: float, estimator: str = "f_f") -> None:
-        self.weights, self.denominator, self.estimator = weights.double().cpu(), float(denominator), estimator
+    def __init__(self, weights: Tensor | None, denominator: float, estimator: str = "f_f") -> None:
+        self.weights = None if weights is None else weights.double().cpu()
+        self.denominator, self.estimator = float(denominator), estimator
 
     def combine(self, U: Tensor, p: Tensor, f: int, ctx: StageContext) -> tuple[Tensor, Tensor | None]:
-        a = self.weights[ctx.client_ids.cpu()] if U.shape[0] else self.weights[:0]
+        if self.weights is None:  # a DP-safe algorithm (FedFa, q-FFL with dp_safe: true) weighs its cohort itself
+            a = ctx.own_weights if U.shape[0] else torch.zeros(0, dtype=torch.float64)
+            if a is None:
+                raise RuntimeError("model.dp expected the algorithm's DP-safe weights (Combination.own_weights)")
+        else:
+            a = self.weights[ctx.client_ids.cpu()] if U.shape[0] else self.weights[:0]
         return fixed_denominator_sum(U, a, self.denominator, self.estimator), None
 
 

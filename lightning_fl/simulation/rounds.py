@@ -96,8 +96,9 @@ class RoundRunner:
             dp.setup(federation.num_clients, sampler.clients_per_round, federation.train_sizes, rounds)
             dp.install(pipeline, type(self.aggregator).__name__, self.aggregator.init_args,
                        [type(c).__name__ for c in self.callbacks], hierarchy=hierarchy is not None,
-                       system=system is not None, sampling=sampler.mode)
-            if dp.sampling == "poisson":
+                       system=system is not None, sampling=sampler.mode,
+                       own_weights=bool(getattr(self.aggregator, "dp_safe", False)))
+            if dp.sampling == "poisson" and not dp.local:  # local DP claims no amplification: model.sampling stays
                 sampler.use_poisson(dp.q)
         if reduce and pipeline.needs_every_row:
             raise ConfigError("model.exchange: reduce exchanges partial sums, but model.aggregation or model.attack needs every"
@@ -204,7 +205,8 @@ class RoundRunner:
                     f"round {round_idx + 1}: {type(self.aggregator).__name__} produced non-finite global weights from"
                     f" clients {clients}; stopping before the global model or any checkpoint is overwritten")
             layout.load_into(new_w, state)
-            for name, value in (update.int_state.items() if update is not None else ()):
+            # Under model.dp integer buffers keep w^t's values: the first member's depend on its data.
+            for name, value in (update.int_state.items() if update is not None and self.dp is None else ()):
                 state[name].copy_(value)
         return new_w
 

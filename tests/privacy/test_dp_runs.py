@@ -93,3 +93,12 @@ def test_a_target_no_noise_multiplier_reaches_is_refused(tiny, capsys):
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "error: model.dp.target_epsilon 0.001 at delta 0.001 is not reachable over 10000 rounds at sampling rate 0.5"
         " with a noise multiplier up to 1000")
+
+
+def test_local_dp_runs_with_a_robust_rule_and_logs_the_most_released_clients_epsilon(tiny, tmp_path):
+    dp = {"noise_multiplier": 4.0, "clip_norm": 1.0, "local": True, "delta": 1e-3}
+    config = tiny(**{"trainer.callbacks": _fedavg(weighting="uniform"), "model.dp": dp,
+                     "model.aggregation": {"rule": {"class_path": "lightning_fl.aggregation.Median"}}})
+    assert run_cli("fit", "--config", str(config)) == 0
+    logged = [e.value for e in events(tmp_path).Scalars("dp/local_epsilon_max")]
+    assert len(logged) == 4 and logged == sorted(logged) and logged[0] > 0
