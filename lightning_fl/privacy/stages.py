@@ -149,7 +149,9 @@ class DPNoise(AggregateTransform):
     def segments(self, extra: int = 0) -> list[tuple[float, float, int]]:
         """The ledger as ``(q, z, count)`` segments, with ``extra`` more rounds at the current ``(q, z)``."""
         segments = [(float(q), float(z), int(n)) for q, z, n in self.ledger.tolist()]
-        if extra:
+        if extra and segments and segments[-1][:2] == self.accounted:  # the ledger this round will leave
+            segments[-1] = (*self.accounted, segments[-1][2] + extra)
+        elif extra:
             segments.append((*self.accounted, extra))
         return segments
 
