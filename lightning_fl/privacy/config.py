@@ -122,6 +122,7 @@ class DifferentialPrivacy(RecordsInitArgs):
         self.noise: DPNoise | None = None
         self.local_noise: LocalDPNoise | None = None
         self._epsilons: dict[tuple, float] = {}
+        self._configured: tuple | None = None  # the pipeline as configured, before the DP stages went in
 
     # ------------------------------------------------------------------ set-up
     def setup(self, num_clients: int, cohort: int, train_sizes: Tensor, rounds: int) -> None:
@@ -174,6 +175,12 @@ class DifferentialPrivacy(RecordsInitArgs):
         ``own_weights``: the algorithm supplies DP-safe ``a_k in [0, 1]`` every round (``dp_safe: true``); the
         fixed denominator is then ``qN``, the largest ``qW`` they can reach.
         """
+        if self._configured is not None and self._configured[0] is pipeline:  # a second set-up (fit, then test)
+            _, rule, transforms, aggregate = self._configured
+            pipeline.rule, pipeline.transforms, pipeline.aggregate_transforms = rule, list(transforms), list(aggregate)
+        self._configured = (pipeline, pipeline.rule, list(pipeline.transforms), list(pipeline.aggregate_transforms))
+        self.noise = self.local_noise = None
+        self._epsilons.clear()
         check_composition(algorithm, algorithm_args, callbacks, pipeline, local=self.local,
                           public_sizes=self.public_sizes, hierarchy=hierarchy, system=system, sampling=sampling)
         if not self.local and not own_weights and algorithm_args.get("weighting") == "samples":

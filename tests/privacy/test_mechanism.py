@@ -127,3 +127,14 @@ def test_adaptive_clipping_by_hand():
     # Both rows fit C_0 = 1: b̄ = (2 - 1)/2 + 1/2 = 1 (m = qN = 2), so C_1 = exp(-0.2 (1 - 0.5)).
     aggregate(callback, fed, 0, GLOBAL, make_update(0, [0, 3], _rows((0.1, 0.0, 0.0), (0.0, 0.2, 0.0))))
     assert dp.noise.clip.clip_norm == pytest.approx(math.exp(-0.1), rel=1e-6)
+
+
+def test_a_second_set_up_installs_the_stages_once():
+    # Lightning sets the loop up for each stage (fit, then validate or test) in one process.
+    dp = DifferentialPrivacy(noise_multiplier=1.0, delta=1e-3)
+    pipeline = AggregationPipeline(transforms=[NormClip(5.0)])
+    for _ in range(2):
+        dp.setup(4, 2, torch.full((4,), 10), 5)
+        dp.install(pipeline, "FedAvg", {}, [], hierarchy=False, system=False, sampling="uniform")
+    assert [type(t).__name__ for t in pipeline.transforms] == ["NormClip", "DPClip"]
+    assert type(pipeline.rule).__name__ == "DPSum" and len(pipeline.aggregate_transforms) == 1
