@@ -23,7 +23,7 @@ from lightning_fl.faults.preemption import Preemption, requeued_checkpoint
 from lightning_fl.faults.validation import (CheckpointError, ClientStateError, ConfigError, DivergenceError,
                                             OutputWriteError, RunWriteError, exception_chain)
 from lightning_fl.faults.write_failures import write_failure
-from lightning_fl.privacy.config_errors import dp_config_error
+from lightning_fl.privacy.config import dp_config_error
 from lightning_fl.simulation.datamodule import FederatedDataModule
 from lightning_fl.simulation.distributed import RankFailure
 from lightning_fl.simulation.loop import FederatedLoop

@@ -4,12 +4,15 @@
 calibrated from a target ``(epsilon, delta)`` over the planned rounds), refuses what does not compose
 (:mod:`lightning_fl.privacy.composition`), installs the stages of :mod:`lightning_fl.privacy.stages`
 in the run's aggregation pipeline, and reports ``dp/epsilon`` from the ledger those stages keep in
-checkpoints.
+checkpoints. :func:`dp_config_error` is the one-line message for a mistyped ``model.dp``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
+import re
 from typing import Any
 
 from pytorch_lightning.utilities import rank_zero_warn
@@ -240,4 +243,39 @@ class DifferentialPrivacy(RecordsInitArgs):
                 f" {self.epsilon_budget:g} (delta {self.delta:g}); the released model is that of round {round_idx}")
 
 
-__all__ = ["ON_BUDGET", "AdaptiveClipping", "DifferentialPrivacy"]
+# Phrases of jsonargparse 4.53 (pinned in requirements.lock); tests/privacy/test_dp_runs.py covers them.
+_PARSER_KEY = re.compile(r'Parser key "([^"]+)":')
+_UNKNOWN_OPTION = re.compile(r"Option '([^']+)' is not accepted")
+_OPTIONS = {
+    "model.dp": [p for p in inspect.signature(DifferentialPrivacy).parameters if p != "self"],
+    "model.dp.adaptive": [f.name for f in dataclasses.fields(AdaptiveClipping)],
+}
+
+
+def dp_config_error(report: str) -> str | None:
+    """The one-line message for jsonargparse's parse-error ``report`` about ``model.dp``, else ``None``.
+
+    jsonargparse checks ``model.dp``'s option names and types while parsing, before any of our code runs,
+    and reports a mistake as a multi-line account of every type it tried; the CLI raises this line instead.
+
+    Example:
+        >>> dp_config_error('Parser key "model.dp":\\n  - Problem with given class_path '
+        ...                 "'lightning_fl.privacy.DifferentialPrivacy':\\n        Option 'z' is not accepted")
+        ... # doctest: +ELLIPSIS
+        'model.dp.z is not an option of model.dp; its options are: noise_multiplier, target_epsilon, ...'
+    """
+    keys = _PARSER_KEY.findall(report)
+    if not keys or keys[0] != "model.dp":
+        return None
+    field = ".".join(keys)
+    if option := _UNKNOWN_OPTION.search(report):
+        options = ", ".join(_OPTIONS.get(field, []))
+        return f"{field}.{option.group(1)} is not an option of {field}; its options are: {options}"
+    reasons = [line.strip(" -") for line in report.splitlines()
+               if line.strip() and not line.strip().startswith(("Parser key", "Does not validate", "Subtypes",
+                                                                  "Errors:", "Given value", "- Expected a <class 'NoneType'>",
+                                                                  "- Problem with given class_path"))]
+    return f"{field}: {reasons[0] if reasons else 'invalid value'}"
+
+
+__all__ = ["ON_BUDGET", "AdaptiveClipping", "DifferentialPrivacy", "dp_config_error"]
