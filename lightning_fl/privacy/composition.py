@@ -10,7 +10,7 @@ participation depend on the data.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from lightning_fl.aggregation.pipeline import AggregationPipeline
 from lightning_fl.aggregation.rules import Mean
@@ -47,7 +47,7 @@ def refusal(algorithm: str) -> str:
 
 
 def check_composition(algorithm: str, algorithm_args: dict, callbacks: Iterable[str], pipeline: AggregationPipeline,
-                      *, local: bool, public_sizes: bool, hierarchy: bool, system: bool, sampling: str) -> None:
+                      *, local: bool, public_sizes: bool, hierarchy: bool, system: Sequence[str], sampling: str) -> None:
     """Refuse, before training and in one line naming the field, what DP cannot cover.
 
     Args:
@@ -58,7 +58,8 @@ def check_composition(algorithm: str, algorithm_args: dict, callbacks: Iterable[
         local: ``model.dp.local``.
         public_sizes: ``model.dp.public_sizes`` (local DP with sample-count weights).
         hierarchy: Whether ``model.hierarchy`` is set.
-        system: Whether ``model.system`` is set.
+        system: The ``model.system`` settings that make who reports depend on the data (a deadline,
+            straggler fractions, over-selection); availability and dropout are keyed draws and compose.
         sampling: ``model.sampling``.
 
     Raises:
@@ -68,8 +69,8 @@ def check_composition(algorithm: str, algorithm_args: dict, callbacks: Iterable[
         raise ConfigError("model.dp: the three-layer hierarchy releases several models per global iteration, which is"
                           " not accounted; remove model.hierarchy or model.dp")
     if system:
-        raise ConfigError("model.dp: model.system (deadlines, stragglers, over-selection and the cap of K reports) makes"
-                          " participation depend on more than the Poisson draw; remove model.system or model.dp")
+        raise ConfigError(f"model.dp: {system[0]} makes who reports depend on the clients' work, hence on their data;"
+                          " remove it (availability and dropout compose with DP)")
     if sampling == "by_samples":
         raise ConfigError("model.sampling: by_samples makes inclusion depend on the data under model.dp; use uniform"
                           " (model.dp.sampling decides the cohort)")

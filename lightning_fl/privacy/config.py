@@ -172,7 +172,8 @@ class DifferentialPrivacy(RecordsInitArgs):
         return calibrate_noise(self.target_epsilon, self.delta, self.rounds, self.q, self.accountant)
 
     def install(self, pipeline: AggregationPipeline, algorithm: str, algorithm_args: dict[str, Any],
-                callbacks: list[str], *, hierarchy: bool, system: bool, sampling: str, own_weights: bool = False) -> None:
+                callbacks: list[str], *, hierarchy: bool, system: list[str] | tuple[str, ...] = (), sampling: str,
+                own_weights: bool = False) -> None:
         """Check the composition and put the DP stages into ``pipeline`` (the clip last among the row transforms).
 
         ``own_weights``: the algorithm supplies DP-safe ``a_k in [0, 1]`` every round (``dp_safe: true``); the

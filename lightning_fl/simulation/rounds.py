@@ -37,6 +37,20 @@ from lightning_fl.state.client_state import ClientStateStore
 from lightning_fl.state.client_table import ClientTable
 
 
+def _data_dependent_system(system: SystemHeterogeneity | None) -> list[str]:
+    """The ``model.system`` settings under which who reports depends on more than keyed draws (refused by ``model.dp``).
+
+    A deadline drops or cuts clients by their work, which grows with ``n_k``; straggler fractions and
+    over-selection keep the first finishers, which also depends on ``n_k``. Availability and dropout are
+    keyed draws, independent of the data.
+    """
+    if system is None:
+        return []
+    return [f"model.system.{name}" for name, on in (("deadline", system.deadline is not None),
+                                                    ("straggler_fraction", system.straggler_fraction is not None),
+                                                    ("over_selection", system.over_selection > 0)) if on]
+
+
 class RoundRunner:
     """Samples, trains, aggregates and dispatches round hooks for a :class:`FederatedLoop`.
 
@@ -96,7 +110,7 @@ class RoundRunner:
             dp.setup(federation.num_clients, sampler.clients_per_round, federation.train_sizes, rounds)
             dp.install(pipeline, type(self.aggregator).__name__, self.aggregator.init_args,
                        [type(c).__name__ for c in self.callbacks], hierarchy=hierarchy is not None,
-                       system=system is not None, sampling=sampler.mode,
+                       system=_data_dependent_system(system), sampling=sampler.mode,
                        own_weights=bool(getattr(self.aggregator, "dp_safe", False)))
             if dp.sampling == "poisson" and not dp.local:  # local DP claims no amplification: model.sampling stays
                 sampler.use_poisson(dp.q)
@@ -290,7 +304,8 @@ class RoundRunner:
             if fates.empty:
                 log.log_text("clients/empty_round", f"round {round_idx + 1}: no client reported ({fates.num_available}"
                              f" online, {len(fates.sampled)} sampled, {len(fates.dropped)} dropped out,"
-                             f" {len(fates.stragglers)} stragglers); the global model is unchanged")
+                             f" {len(fates.stragglers)} stragglers); the global model "
+                             f"{'moves by the DP noise alone' if self.dp is not None else 'is unchanged'}")
                 return None
             client_ids, num_steps = fates.client_ids, fates.num_steps
         participation = self.store.upcoming_participation(client_ids)

@@ -55,6 +55,19 @@ def test_poisson_rounds_log_epsilon_resume_exactly_and_count_empty_rounds(tiny, 
     assert resumed[-1] == pytest.approx(expected[-1], rel=1e-6)
 
 
+def test_availability_and_dropout_compose_with_poisson_sampling(tiny, tmp_path):
+    # Keyed availability and dropout thin the Poisson cohort (the accountant's q stays an upper bound);
+    # every report is kept, so a cohort may exceed K = 3.
+    dp = {"noise_multiplier": 1.0, "clip_norm": 1.0, "sampling_rate": 0.9, "delta": 1e-3}
+    config = tiny(**{"trainer.callbacks": _fedavg(), "model.dp": dp,
+                     "model.system": {"availability": 0.8, "dropout": 0.1}})
+    assert run_cli("fit", "--config", str(config)) == 0
+    scalars = events(tmp_path)
+    assert max(e.value for e in scalars.Scalars("round/clients")) > 3
+    assert [e.value for e in scalars.Scalars("dp/epsilon")] == pytest.approx(
+        [_direct_pld(0.9, 1.0, t, 1e-3) for t in (1, 2, 3, 4)], rel=1e-6)
+
+
 def test_on_budget_stop_ends_the_run_before_the_round_that_would_exceed_it(tiny, tmp_path):
     q, z, delta = 0.5, 1.0, 1e-3
     budget = (epsilon(q, z, 2, delta) + epsilon(q, z, 3, delta)) / 2  # rounds 1-2 fit, round 3 does not
@@ -83,7 +96,10 @@ def test_on_budget_stop_ends_the_run_before_the_round_that_would_exceed_it(tiny,
       "model.aggregation": {"rule": {"class_path": "lightning_fl.aggregation.Median"}}},
      "model.aggregation.rule: Median moves by more than one clipped update"),
     ({"model.dp": {"noise_multiplier": 1.0}, "model.sampling": "by_samples"}, "model.sampling: by_samples makes"),
-    ({"model.dp": {"noise_multiplier": 1.0}, "model.system": {"over_selection": 0.5}}, "model.dp: model.system"),
+    ({"model.dp": {"noise_multiplier": 1.0}, "model.system": {"over_selection": 0.5}},
+     "model.dp: model.system.over_selection makes who reports depend on the clients' work"),
+    ({"model.dp": {"noise_multiplier": 1.0}, "model.system": {"speed_mean": 1.0, "deadline": 5.0}},
+     "model.dp: model.system.deadline makes who reports depend"),
     ({"model.dp": {"noise_multiplier": 1.0}, "model.hierarchy": {"num_institutions": 2}},
      "model.dp: the three-layer hierarchy"),
 ])

@@ -24,7 +24,7 @@ def _under_dp(callback, name: str, args: dict):
     dp = DifferentialPrivacy(noise_multiplier=0.0, clip_norm=10.0, delta=1e-3)
     dp.setup(4, 2, torch.full((4,), 10), 5)
     pipeline = AggregationPipeline()
-    dp.install(pipeline, name, args, [], hierarchy=False, system=False, sampling="uniform",
+    dp.install(pipeline, name, args, [], hierarchy=False, sampling="uniform",
                own_weights=callback.dp_safe)
     pipeline.setup(2)
     callback.use_pipeline(pipeline)
@@ -63,5 +63,5 @@ def test_dp_safe_variants_need_central_dp_and_q_ffl_its_bound():
     dp = DifferentialPrivacy(noise_multiplier=1.0, local=True, delta=1e-3)
     dp.setup(4, 2, torch.full((4,), 10), 5)
     with pytest.raises(ConfigError, match="model.dp.local: FedFa's DP-safe weights"):
-        dp.install(AggregationPipeline(), "FedFa", {"dp_safe": True}, [], hierarchy=False, system=False,
+        dp.install(AggregationPipeline(), "FedFa", {"dp_safe": True}, [], hierarchy=False,
                    sampling="uniform", own_weights=True)

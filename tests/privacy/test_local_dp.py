@@ -22,7 +22,7 @@ def _local(z=2.0, clip=0.5, num_clients=4, rule=None, **kwargs):
     dp = DifferentialPrivacy(noise_multiplier=z, clip_norm=clip, local=True, delta=1e-3, **kwargs)
     dp.setup(num_clients, 2, torch.full((num_clients,), 10), 5)
     pipeline = AggregationPipeline(rule=rule)
-    dp.install(pipeline, "FedAvg", {"weighting": "uniform"}, [], hierarchy=False, system=False, sampling="uniform")
+    dp.install(pipeline, "FedAvg", {"weighting": "uniform"}, [], hierarchy=False, sampling="uniform")
     return dp, pipeline
 
 
@@ -46,7 +46,7 @@ def test_a_robust_rule_may_follow_local_dp_but_not_central_dp():
     with pytest.raises(ConfigError, match="model.aggregation.rule: Median"):
         dp = DifferentialPrivacy(noise_multiplier=1.0, delta=1e-3)
         dp.setup(4, 2, torch.full((4,), 10), 5)
-        dp.install(AggregationPipeline(rule=Median()), "FedAvg", {}, [], hierarchy=False, system=False,
+        dp.install(AggregationPipeline(rule=Median()), "FedAvg", {}, [], hierarchy=False,
                    sampling="uniform")
 
 
@@ -54,11 +54,11 @@ def test_sample_weights_need_public_sizes_under_local_dp():
     dp = DifferentialPrivacy(noise_multiplier=1.0, local=True, delta=1e-3)
     dp.setup(4, 2, torch.full((4,), 10), 5)
     with pytest.raises(ConfigError, match="public_sizes"):
-        dp.install(AggregationPipeline(), "FedAvg", {"weighting": "samples"}, [], hierarchy=False, system=False,
+        dp.install(AggregationPipeline(), "FedAvg", {"weighting": "samples"}, [], hierarchy=False,
                    sampling="uniform")
     dp = DifferentialPrivacy(noise_multiplier=1.0, local=True, public_sizes=True, delta=1e-3)
     dp.setup(4, 2, torch.full((4,), 10), 5)
-    dp.install(AggregationPipeline(), "FedAvg", {"weighting": "samples"}, [], hierarchy=False, system=False,
+    dp.install(AggregationPipeline(), "FedAvg", {"weighting": "samples"}, [], hierarchy=False,
                sampling="uniform")
 
 

@@ -25,7 +25,7 @@ def _dp_fedavg(dp: DifferentialPrivacy | None, sizes=(10, 10, 10, 10), cohort: i
     pipeline = pipeline if pipeline is not None else AggregationPipeline()
     if dp is not None:
         dp.setup(len(sizes), cohort, torch.tensor(sizes), rounds)
-        dp.install(pipeline, "FedAvg", {"weighting": "uniform"}, [], hierarchy=False, system=False, sampling="uniform")
+        dp.install(pipeline, "FedAvg", {"weighting": "uniform"}, [], hierarchy=False, sampling="uniform")
     pipeline.setup(cohort)
     callback.use_pipeline(pipeline)
     return callback, fed
@@ -78,7 +78,7 @@ def _noise_draws(dp: DifferentialPrivacy, rounds: int, dim: int = 2000) -> torch
     callback = prepared(FedAvg(weighting="uniform"), fed)
     pipeline = AggregationPipeline()
     dp.setup(4, 2, torch.full((4,), 10), rounds)
-    dp.install(pipeline, "FedAvg", {}, [], hierarchy=False, system=False, sampling="uniform")
+    dp.install(pipeline, "FedAvg", {}, [], hierarchy=False, sampling="uniform")
     pipeline.setup(2)
     callback.use_pipeline(pipeline)
     zero = torch.zeros(dim)
@@ -135,6 +135,6 @@ def test_a_second_set_up_installs_the_stages_once():
     pipeline = AggregationPipeline(transforms=[NormClip(5.0)])
     for _ in range(2):
         dp.setup(4, 2, torch.full((4,), 10), 5)
-        dp.install(pipeline, "FedAvg", {}, [], hierarchy=False, system=False, sampling="uniform")
+        dp.install(pipeline, "FedAvg", {}, [], hierarchy=False, sampling="uniform")
     assert [type(t).__name__ for t in pipeline.transforms] == ["NormClip", "DPClip"]
     assert type(pipeline.rule).__name__ == "DPSum" and len(pipeline.aggregate_transforms) == 1
