@@ -229,7 +229,7 @@ class DifferentialPrivacy(RecordsInitArgs):
         """Log ``dp/epsilon`` (central) or ``dp/local_epsilon_max`` (local) after a round."""
         if self.local_noise is not None:
             most = int(self.local_noise.participations.max()) if self.num_clients else 0
-            log.log_scalars({"dp/local_epsilon_max": local_epsilon(self.z, most, self.delta)})
+            log.log_scalars({"dp/local_epsilon_max": local_epsilon(self.z, most, self.delta), "dp/delta": self.delta})
         elif self.noise is not None:
             log.log_scalars({"dp/epsilon": self.epsilon(), "dp/delta": self.delta, "dp/noise_multiplier": self.z})
 

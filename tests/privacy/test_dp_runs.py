@@ -68,13 +68,15 @@ def test_availability_and_dropout_compose_with_poisson_sampling(tiny, tmp_path):
         [_direct_pld(0.9, 1.0, t, 1e-3) for t in (1, 2, 3, 4)], rel=1e-6)
 
 
-def test_on_budget_stop_ends_the_run_before_the_round_that_would_exceed_it(tiny, tmp_path):
+def test_on_budget_stop_ends_the_run_before_the_round_that_would_exceed_it(tiny, tmp_path, caplog):
     q, z, delta = 0.5, 1.0, 1e-3
     budget = (epsilon(q, z, 2, delta) + epsilon(q, z, 3, delta)) / 2  # rounds 1-2 fit, round 3 does not
     dp = {"noise_multiplier": z, "clip_norm": 1.0, "sampling_rate": q, "delta": delta, "epsilon_budget": budget}
     with pytest.warns(Warning, match=r"^model.dp: stopping before round 3: it would spend epsilon"):
         assert run_cli("fit", "--config", str(tiny(**{"trainer.callbacks": _fedavg(), "model.dp": dp}))) == 0
-    assert [e.step for e in events(tmp_path).Scalars("dp/epsilon")] == [1, 2]
+    logged = events(tmp_path).Scalars("dp/epsilon")
+    assert [e.step for e in logged] == [1, 2]
+    assert f"Client-level DP: epsilon {logged[-1].value:.4g} at delta 0.001" in caplog.text
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
@@ -117,10 +119,11 @@ def test_a_target_no_noise_multiplier_reaches_is_refused(tiny, capsys):
         " with a noise multiplier up to 1000")
 
 
-def test_local_dp_runs_with_a_robust_rule_and_logs_the_most_released_clients_epsilon(tiny, tmp_path):
+def test_local_dp_runs_with_a_robust_rule_and_logs_the_most_released_clients_epsilon(tiny, tmp_path, caplog):
     dp = {"noise_multiplier": 4.0, "clip_norm": 1.0, "local": True, "delta": 1e-3}
     config = tiny(**{"trainer.callbacks": _fedavg(weighting="uniform"), "model.dp": dp,
                      "model.aggregation": {"rule": {"class_path": "lightning_fl.aggregation.Median"}}})
     assert run_cli("fit", "--config", str(config)) == 0
     logged = [e.value for e in events(tmp_path).Scalars("dp/local_epsilon_max")]
     assert len(logged) == 4 and logged == sorted(logged) and logged[0] > 0
+    assert f"Local DP: the most released client's epsilon {logged[-1]:.4g} at delta 0.001" in caplog.text
