@@ -168,7 +168,8 @@ def local_epsilon(z: float, releases: int, delta: float) -> float:
 
 def calibrate_noise(target_epsilon: float, delta: float, rounds: int, q: float, accountant: str = "pld",
                     event: Callable[[float], dp_accounting.DpEvent] | None = None,
-                    accountant_factory: Callable[[], dp_accounting.PrivacyAccountant] | None = None) -> float:
+                    accountant_factory: Callable[[], dp_accounting.PrivacyAccountant] | None = None,
+                    lower: float = 0.0) -> float:
     """The smallest noise multiplier ``z`` whose ``rounds`` rounds at rate ``q`` stay within ``(target_epsilon, delta)``.
 
     ``mechanism_calibration.calibrate_dp_mechanism`` (Brent's method) over
@@ -176,6 +177,7 @@ def calibrate_noise(target_epsilon: float, delta: float, rounds: int, q: float, 
 
     Args:
         event: Another ``z -> DpEvent`` (the fixed-size path), with ``accountant_factory``.
+        lower: The smallest ``z`` the search tries (the fixed-size RDP path divides by ``z``).
 
     Raises:
         ConfigError: If no ``z`` up to :data:`MAX_NOISE_MULTIPLIER` reaches the target (``model.dp.target_epsilon``).
@@ -187,13 +189,28 @@ def calibrate_noise(target_epsilon: float, delta: float, rounds: int, q: float, 
     try:
         with _quiet_rdp():
             z = float(mechanism_calibration.calibrate_dp_mechanism(
-                make, build, target_epsilon, delta, mechanism_calibration.LowerEndpointAndGuess(0.0, 1.0)))
+                make, build, target_epsilon, delta, mechanism_calibration.LowerEndpointAndGuess(lower, max(1.0, 2 * lower))))
     except mechanism_calibration.NoBracketIntervalFoundError:
         z = math.inf
     if not z <= MAX_NOISE_MULTIPLIER:
         raise ConfigError(f"model.dp.target_epsilon {target_epsilon} at delta {delta:g} is not reachable over {rounds}"
                           f" rounds at sampling rate {q:g} with a noise multiplier up to {MAX_NOISE_MULTIPLIER:g}")
     return z
+
+
+def calibrate_fixed_size_noise(num_clients: int, cohort: int, target_epsilon: float, delta: float,
+                               rounds: int) -> float:
+    """``z`` for fixed-size sampling: ``SampledWithoutReplacementDpEvent(N, K, GaussianDpEvent(z/2))``, replace-one RDP.
+
+    Raises:
+        ConfigError: As :func:`calibrate_noise`.
+    """
+    def event(z: float) -> dp_accounting.DpEvent:
+        return dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
+            num_clients, cohort, dp_accounting.GaussianDpEvent(z / 2)), rounds)
+
+    return calibrate_noise(target_epsilon, delta, rounds, cohort / num_clients, "rdp", event,
+                           lambda: make_accountant("rdp", "replace_one"), lower=0.01)
 
 
 def update_noise_multiplier(z: float, sigma_b: float) -> float:
@@ -227,5 +244,5 @@ def check_delta(delta: float, field: str = "model.dp.delta") -> None:
         raise ConfigError(f"{field} must be in (0, 1); got {delta!r}")
 
 
-__all__ = ["ACCOUNTANTS", "MAX_NOISE_MULTIPLIER", "SAMPLINGS", "Segment", "calibrate_noise", "check_delta", "check_epsilon", "epsilon",
+__all__ = ["ACCOUNTANTS", "MAX_NOISE_MULTIPLIER", "SAMPLINGS", "Segment", "calibrate_fixed_size_noise", "calibrate_noise", "check_delta", "check_epsilon", "epsilon",
            "fixed_size_epsilon", "ledger_epsilon", "local_epsilon", "make_accountant", "round_event", "update_noise_multiplier"]

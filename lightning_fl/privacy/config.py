@@ -23,13 +23,13 @@ from lightning_fl.faults.validation import ConfigError, check_choice, check_non_
 from lightning_fl.privacy.accounting import (
     ACCOUNTANTS,
     SAMPLINGS,
+    calibrate_fixed_size_noise,
     calibrate_noise,
     check_delta,
     check_epsilon,
     fixed_size_epsilon,
     ledger_epsilon,
     local_epsilon,
-    make_accountant,
     update_noise_multiplier,
 )
 from lightning_fl.privacy.composition import check_composition
@@ -117,7 +117,8 @@ class DifferentialPrivacy(RecordsInitArgs):
                       and sampling_rate is not None):
             raise ConfigError("model.dp.local takes noise_multiplier (z_L) and clip_norm; target_epsilon, adaptive and"
                               " sampling_rate are central-DP settings")
-        self.noise_multiplier, self.target_epsilon, self.delta = noise_multiplier, target_epsilon, delta
+        self.noise_multiplier, self.target_epsilon, self.delta_given = noise_multiplier, target_epsilon, delta
+        self.delta = delta  # resolved by setup (default N^-1.1)
         self.clip_norm, self.sampling, self.sampling_rate = float(clip_norm), sampling, sampling_rate
         self.accountant, self.estimator, self.min_weight, self.weight_cap = accountant, estimator, min_weight, weight_cap
         self.on_budget, self.epsilon_budget = on_budget, epsilon_budget if epsilon_budget is not None else target_epsilon
@@ -136,16 +137,14 @@ class DifferentialPrivacy(RecordsInitArgs):
                               f" (got {rounds!r})")
         self.num_clients, self.cohort, self.rounds = n, cohort, rounds
         self.q = self.sampling_rate if self.sampling == "poisson" and self.sampling_rate is not None else cohort / n
-        if self.delta is None:
-            self.delta = n ** -1.1
-        elif not self.delta < 1 / n:
+        self.delta = self.delta_given if self.delta_given is not None else n ** -1.1
+        if not self.delta < 1 / n:
             raise ConfigError(f"model.dp.delta must be below 1/N = {1 / n:g} (N = {n} clients); got {self.delta:g}")
         self.weights = dp_weights(train_sizes.cpu(), self.weight_cap)
         self.total_weight = float(self.weights.sum())
         z = self.noise_multiplier if self.noise_multiplier is not None else self._calibrate()
         self.z = float(z)
-        self.count_noise = self.z_update = 0.0
-        self.z_update = self.z
+        self.count_noise, self.z_update = 0.0, self.z
         if self.adaptive is not None:
             m = self.q * n
             self.count_noise = self.adaptive.count_noise if self.adaptive.count_noise is not None else m / 20
@@ -161,14 +160,8 @@ class DifferentialPrivacy(RecordsInitArgs):
 
     def _calibrate(self) -> float:
         if self.sampling == "fixed":
-            import dp_accounting
-
-            def event(z: float) -> dp_accounting.DpEvent:
-                return dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
-                    self.num_clients, self.cohort, dp_accounting.GaussianDpEvent(z / 2)), self.rounds)
-
-            return calibrate_noise(self.target_epsilon, self.delta, self.rounds, self.q, "rdp", event,
-                                   lambda: make_accountant("rdp", "replace_one"))
+            return calibrate_fixed_size_noise(self.num_clients, self.cohort, self.target_epsilon, self.delta,
+                                              self.rounds)
         return calibrate_noise(self.target_epsilon, self.delta, self.rounds, self.q, self.accountant)
 
     def install(self, pipeline: AggregationPipeline, algorithm: str, algorithm_args: dict[str, Any],

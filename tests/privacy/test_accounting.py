@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dp_accounting
 import pytest
+import torch
 from dp_accounting import pld, rdp
 
+from lightning_fl.aggregation import AggregationPipeline
 from lightning_fl.faults.validation import ConfigError
+from lightning_fl.privacy import DifferentialPrivacy
 from lightning_fl.privacy.accounting import (
+    calibrate_fixed_size_noise,
     calibrate_noise,
     epsilon,
     fixed_size_epsilon,
@@ -83,3 +87,23 @@ def test_bad_input_is_one_line() -> None:
 def test_no_rounds_spend_nothing_and_no_noise_spends_everything() -> None:
     assert epsilon(0.1, 1.0, 0, 1e-3) == 0.0
     assert epsilon(0.1, 0.0, 1, 1e-3) == float("inf")
+
+
+def test_fixed_size_calibration_reaches_its_target_in_the_replace_one_accountant():
+    z = calibrate_fixed_size_noise(100, 10, 8.0, 1e-3, 20)
+    direct = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    direct.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.SampledWithoutReplacementDpEvent(100, 10, dp_accounting.GaussianDpEvent(z / 2)), 20))
+    assert direct.get_epsilon(1e-3) == pytest.approx(8.0, rel=1e-3)
+
+
+def test_a_fixed_size_run_spends_its_target_over_the_planned_rounds():
+    dp = DifferentialPrivacy(target_epsilon=8.0, delta=1e-3, sampling="fixed")
+    dp.setup(100, 10, torch.full((100,), 10), 20)
+    dp.install(AggregationPipeline(), "FedAvg", {}, [], hierarchy=False, sampling="uniform")
+    for _ in range(20):
+        dp.noise.record()
+    direct = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    direct.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.SampledWithoutReplacementDpEvent(100, 10, dp_accounting.GaussianDpEvent(dp.z / 2)), 20))
+    assert dp.epsilon() == direct.get_epsilon(1e-3) == pytest.approx(8.0, rel=1e-3)
