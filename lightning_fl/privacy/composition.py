@@ -21,7 +21,7 @@ from lightning_fl.faults.validation import ConfigError
 ALLOWED = ("FedAvg", "FedProx", "FedAvgM", "FedAdam", "FedYogi", "FedAdagrad", "FedFaMo")
 
 #: Algorithms with a DP-safe variant (``dp_safe: true``): bounded per-client weights over a fixed denominator.
-DP_SAFE = ("FedFa", "QFFL")
+DP_SAFE = ("FedFa", "QFFL", "DWFed")
 
 #: Why the others are refused (``None``: no reason more specific than "not analysed").
 REFUSED = {
@@ -31,7 +31,8 @@ REFUSED = {
     "IGFL": "IGFL-S weighs each client by a softmax over the cohort",
     "IGFLServer": "IGFL-S weighs each client by a softmax over the cohort",
     "IGFLClient": "IGFL-C divides by the realised cohort size, which couples the clients (K := qN is not implemented)",
-    "DWFed": "its population distribution P is built from every client's label histogram (a public P is not implemented)",
+    "DWFed": "its population distribution P is built from every client's label histogram (set dp_safe: true for the"
+             " public uniform P)",
     "Scaffold": "c_k+ - c_k is a second per-client release that is not accounted",
     "FedNova": "its normalised update and tau_eff come from the cohort (the DP-safe variant is not implemented)",
     "FedDyn": "its server state h sums unclipped client updates",

@@ -117,6 +117,22 @@ def dp_safe_qffl_weights(losses: Tensor, q: float, f_max: float) -> Tensor:
     return (torch.clamp(losses.double(), min=0.0, max=f_max) / f_max) ** q
 
 
+def dp_safe_ish_weights(label_histograms: Tensor, expected_cohort: float, eta_ish: float = 1.0) -> Tensor:
+    """DP-safe DWFed (ours): ``ISH_k = max(0, (1 - eta D_k / K) / (1 + D_k))`` against the public uniform ``P``.
+
+    ``D_k = sum_c |p_k(c) - 1/C|`` reads client ``k``'s own labels only, ``K := qN`` (the realised cohort
+    size would couple the clients), and ``ISH_k in [0, 1]`` is not normalised over the cohort.
+
+    Example:
+        >>> dp_safe_ish_weights(torch.tensor([[5, 5], [10, 0]]), 2.0).tolist()  # D = (0, 1)
+        [1.0, 0.25]
+    """
+    counts = label_histograms.double()
+    p = counts / counts.sum(dim=1, keepdim=True).clamp_min(1)
+    emd = (p - 1.0 / counts.shape[1]).abs().sum(dim=1)
+    return ((1.0 - eta_ish * emd / expected_cohort) / (1.0 + emd)).clamp_min(0.0)
+
+
 def next_clip_norm(clip_norm: float, fraction: float, target_quantile: float, learning_rate: float) -> float:
     """``C_{t+1} = C_t exp(-eta_C (b̄ - gamma))``: the geometric update toward the ``gamma`` quantile of the norms.
 
@@ -127,5 +143,6 @@ def next_clip_norm(clip_norm: float, fraction: float, target_quantile: float, le
     return clip_norm * math.exp(-learning_rate * (fraction - target_quantile))
 
 
-__all__ = ["ESTIMATORS", "bounded_information", "dp_safe_fedfa_weights", "dp_safe_qffl_weights", "dp_weights", "fixed_denominator_sum", "keyed_gaussian", "next_clip_norm",
+__all__ = ["ESTIMATORS", "bounded_information", "dp_safe_fedfa_weights", "dp_safe_ish_weights",
+           "dp_safe_qffl_weights", "dp_weights", "fixed_denominator_sum", "keyed_gaussian", "next_clip_norm",
            "noised_unclipped_fraction"]

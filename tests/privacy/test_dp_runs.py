@@ -127,3 +127,14 @@ def test_local_dp_runs_with_a_robust_rule_and_logs_the_most_released_clients_eps
     logged = [e.value for e in events(tmp_path).Scalars("dp/local_epsilon_max")]
     assert len(logged) == 4 and logged == sorted(logged) and logged[0] > 0
     assert f"Local DP: the most released client's epsilon {logged[-1]:.4g} at delta 0.001" in caplog.text
+
+
+def test_the_dp_safe_variants_train_under_central_dp(tiny, tmp_path):
+    dp = {"noise_multiplier": 1.0, "clip_norm": 1.0, "delta": 1e-3}
+    callbacks = [{"class_path": "lightning_fl.callbacks.DWFed", "init_args": {"dp_safe": True}},
+                 {"class_path": "lightning_fl.callbacks.FedFa", "init_args": {"dp_safe": True}},
+                 {"class_path": "lightning_fl.callbacks.QFFL", "init_args": {"dp_safe": True, "f_max": 3.0}}]
+    for callback in callbacks:
+        config = tiny(**{"trainer.callbacks": [callback, CHECKPOINT], "model.dp": dp, "trainer.max_epochs": 2})
+        assert run_cli("fit", "--config", str(config)) == 0
+    assert all(len(events(tmp_path, v).Scalars("dp/epsilon")) == 2 for v in range(3))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
 from lightning_fl.aggregation import AggregationPipeline
-from lightning_fl.callbacks import FedFa, QFFL
+from lightning_fl.callbacks import DWFed, FedFa, QFFL
 from lightning_fl.faults.validation import ConfigError
 from lightning_fl.privacy import DifferentialPrivacy
 from lightning_fl.privacy.mechanism import dp_safe_fedfa_weights
@@ -18,8 +19,9 @@ GLOBAL = torch.tensor([1.0, -1.0, 0.5])
 ROWS = [[2.0, -1.0, 0.5], [1.0, 0.0, 0.5]]  # u = (1, 0, 0) and (0, 1, 0)
 
 
-def _under_dp(callback, name: str, args: dict):
-    fed = fake_federation(vector_layout(3), num_clients=4)
+def _under_dp(callback, name: str, args: dict, label_hist=None):
+    fed = dataclasses.replace(fake_federation(vector_layout(3), num_clients=4, label_hist=label_hist),
+                              clients_per_round=2)
     callback = prepared(callback, fed)
     dp = DifferentialPrivacy(noise_multiplier=0.0, clip_norm=10.0, delta=1e-3)
     dp.setup(4, 2, torch.full((4,), 10), 5)
@@ -55,6 +57,16 @@ def test_dp_safe_qffl_sums_capped_losses_over_q_n():
     update = make_update(0, [0, 3], ROWS, loss_before=[0.5, 4.0])
     new_w = aggregate(callback, fed, 0, GLOBAL, update)
     torch.testing.assert_close(new_w, GLOBAL + torch.tensor([0.0625, 1.0, 0.0]) / 2)
+
+
+def test_dp_safe_dwfed_weighs_own_labels_against_a_uniform_population_over_q_n():
+    hist = torch.tensor([[5, 5, 0], [2, 2, 2], [0, 0, 9], [3, 3, 3]])
+    callback, fed = _under_dp(DWFed(dp_safe=True), "DWFed", {"dp_safe": True}, label_hist=hist)
+    # Client 0: p = (1/2, 1/2, 0), D = 1/6 + 1/6 + 1/3 = 2/3; client 3: D = 0. K := 2 (qN), eta = 1.
+    # ISH_0 = (1 - (2/3)/2) / (1 + 2/3) = 0.4, ISH_3 = 1; the denominator qN = 2.
+    update = make_update(0, [0, 3], ROWS)
+    new_w = aggregate(callback, fed, 0, GLOBAL, update)
+    torch.testing.assert_close(new_w, GLOBAL + torch.tensor([0.4, 1.0, 0.0]) / 2)
 
 
 def test_dp_safe_variants_need_central_dp_and_q_ffl_its_bound():
