@@ -89,7 +89,7 @@ class DWFed(AggregationCallback):
             raise ConfigError("dp_safe: DWFed's DP-safe weights cannot use weight_by_samples (ISH_k n_k is unbounded)")
         self.eta_ish = eta_ish
         self.weight_by_samples = weight_by_samples
-        self.dp_safe = bool(dp_safe)
+        self.dp_safe = self.dp_own_weights = bool(dp_safe)
         self.figure_every_n_rounds = figure_every_n_rounds
         self._emd_cache: tuple[Any, Tensor] | None = None
 

@@ -161,7 +161,7 @@ class FedFa(AggregationCallback):
         self.figure_every_n_rounds = figure_every_n_rounds
         self.period_mode = period_mode
         self.train_acc = train_acc
-        self.dp_safe = bool(dp_safe)
+        self.dp_safe = self.dp_own_weights = bool(dp_safe)
         # The engine measures y_k on the full train split only when asked (one extra forward pass).
         self.requires_trained_accuracy = train_acc == "trained"
         self.add_server_state("momentum")  # (d,) after the first round

@@ -79,6 +79,7 @@ class QFFL(AggregationCallback):
         if f_max is not None:
             check_positive("f_max", f_max)
         self.q, self.dp_safe, self.f_max = float(q), bool(dp_safe), f_max
+        self.dp_own_weights = self.dp_safe
 
     @override
     def on_federation_setup(self, federation: Federation) -> None:

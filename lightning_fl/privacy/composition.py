@@ -21,7 +21,7 @@ from lightning_fl.faults.validation import ConfigError
 ALLOWED = ("FedAvg", "FedProx", "FedAvgM", "FedAdam", "FedYogi", "FedAdagrad", "FedFaMo")
 
 #: Algorithms with a DP-safe variant (``dp_safe: true``): bounded per-client weights over a fixed denominator.
-DP_SAFE = ("FedFa", "QFFL", "DWFed")
+DP_SAFE = ("FedFa", "QFFL", "DWFed", "IGFLClient")
 
 #: Why the others are refused (``None``: no reason more specific than "not analysed").
 REFUSED = {
@@ -30,7 +30,7 @@ REFUSED = {
     "FedAdp": "its weights come from the cohort-mean gradient angle, normalised over the cohort",
     "IGFL": "IGFL-S weighs each client by a softmax over the cohort",
     "IGFLServer": "IGFL-S weighs each client by a softmax over the cohort",
-    "IGFLClient": "IGFL-C divides by the realised cohort size, which couples the clients (K := qN is not implemented)",
+    "IGFLClient": "IGFL-C divides by the realised cohort size, which couples the clients (set dp_safe: true for K := qN)",
     "DWFed": "its population distribution P is built from every client's label histogram (set dp_safe: true for the"
              " public uniform P)",
     "Scaffold": "c_k+ - c_k is a second per-client release that is not accounted",
@@ -77,8 +77,8 @@ def check_composition(algorithm: str, algorithm_args: dict, callbacks: Iterable[
                           " (model.dp.sampling decides the cohort)")
     dp_safe = bool(algorithm_args.get("dp_safe")) and algorithm in DP_SAFE
     if dp_safe and local:
-        raise ConfigError(f"model.dp.local: {algorithm}'s DP-safe weights read private statistics that local DP does not"
-                          " noise; use FedAvg weights, or central DP")
+        raise ConfigError(f"model.dp.local: {algorithm}'s DP-safe form is for central DP (its weights or correction read"
+                          " statistics that local DP does not noise); use FedAvg weights, or central DP")
     for name in (algorithm, *callbacks):
         if name in REFUSED and not (dp_safe and name == algorithm):
             raise ConfigError(refusal(name))

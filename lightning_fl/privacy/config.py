@@ -172,9 +172,10 @@ class DifferentialPrivacy(RecordsInitArgs):
         ``own_weights``: the algorithm supplies DP-safe ``a_k in [0, 1]`` every round (``dp_safe: true``); the
         fixed denominator is then ``qN``, the largest ``qW`` they can reach.
         """
-        if own_weights and algorithm == "DWFed" and abs(self.q * self.num_clients - self.cohort) > 1e-9:
-            raise ConfigError("model.dp.sampling_rate: DP-safe DWFed takes K := model.clients_per_round as the expected"
-                              " cohort qN; leave sampling_rate unset (q = K/N)")
+        if algorithm_args.get("dp_safe") and algorithm in ("DWFed", "IGFLClient") \
+                and abs(self.q * self.num_clients - self.cohort) > 1e-9:
+            raise ConfigError(f"model.dp.sampling_rate: DP-safe {algorithm} takes K := model.clients_per_round as the"
+                              " expected cohort qN; leave sampling_rate unset (q = K/N)")
         if self._configured is not None and self._configured[0] is pipeline:  # a second set-up (fit, then test)
             _, rule, transforms, aggregate = self._configured
             pipeline.rule, pipeline.transforms, pipeline.aggregate_transforms = rule, list(transforms), list(aggregate)

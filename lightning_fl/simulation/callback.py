@@ -93,6 +93,8 @@ class AggregationCallback(FederatedCallback):
             Communication accounting).
         vectors_up: Model-sized vectors each cohort member sends per round (1: its weights; SCAFFOLD 2:
             ``y_k`` and ``c_k+ - c_k``).
+        dp_own_weights: Whether :meth:`combination` supplies DP-safe weights ``Combination.own_weights``
+            (``dp_safe: true`` of FedFa, q-FFL, DWFed), which ``model.dp`` sums over ``qN``.
     """
 
     supports_hierarchy: bool = False
@@ -101,6 +103,7 @@ class AggregationCallback(FederatedCallback):
     own_server_optimizer: bool = False
     vectors_down: int = 1
     vectors_up: int = 1
+    dp_own_weights: bool = False
 
     def __init__(self) -> None:
         super().__init__()

@@ -111,7 +111,7 @@ class RoundRunner:
             dp.install(pipeline, type(self.aggregator).__name__, self.aggregator.init_args,
                        [type(c).__name__ for c in self.callbacks], hierarchy=hierarchy is not None,
                        system=_data_dependent_system(system), sampling=sampler.mode,
-                       own_weights=bool(getattr(self.aggregator, "dp_safe", False)))
+                       own_weights=self.aggregator.dp_own_weights)
             if dp.sampling == "poisson" and not dp.local:  # local DP claims no amplification: model.sampling stays
                 sampler.use_poisson(dp.q)
         if reduce and pipeline.needs_every_row:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from lightning_fl.aggregation import AggregationPipeline
-from lightning_fl.callbacks import DWFed, FedFa, QFFL
+from lightning_fl.callbacks import DWFed, FedFa, IGFLClient, QFFL
 from lightning_fl.faults.validation import ConfigError
 from lightning_fl.privacy import DifferentialPrivacy
 from lightning_fl.privacy.mechanism import dp_safe_fedfa_weights
@@ -69,11 +70,18 @@ def test_dp_safe_dwfed_weighs_own_labels_against_a_uniform_population_over_q_n()
     torch.testing.assert_close(new_w, GLOBAL + torch.tensor([0.4, 1.0, 0.0]) / 2)
 
 
+def test_dp_safe_igfl_c_corrects_with_the_expected_cohort_not_the_realised_one():
+    fed = dataclasses.replace(fake_federation(vector_layout(3), num_clients=4), clients_per_round=3)
+    realised = SimpleNamespace(cohort_size=1)  # a Poisson round that drew one client
+    assert prepared(IGFLClient(dp_safe=True), fed).group_size(realised) == 3
+    assert prepared(IGFLClient(), fed).group_size(realised) == 1
+
+
 def test_dp_safe_variants_need_central_dp_and_q_ffl_its_bound():
     with pytest.raises(ConfigError, match="f_max"):
         QFFL(dp_safe=True)
     dp = DifferentialPrivacy(noise_multiplier=1.0, local=True, delta=1e-3)
     dp.setup(4, 2, torch.full((4,), 10), 5)
-    with pytest.raises(ConfigError, match="model.dp.local: FedFa's DP-safe weights"):
+    with pytest.raises(ConfigError, match="model.dp.local: FedFa's DP-safe form is for central DP"):
         dp.install(AggregationPipeline(), "FedFa", {"dp_safe": True}, [], hierarchy=False,
                    sampling="uniform", own_weights=True)
