@@ -21,7 +21,7 @@ from lightning_fl.faults.validation import ConfigError
 ALLOWED = ("FedAvg", "FedProx", "FedAvgM", "FedAdam", "FedYogi", "FedAdagrad", "FedFaMo")
 
 #: Algorithms with a DP-safe variant (``dp_safe: true``): bounded per-client weights over a fixed denominator.
-DP_SAFE = ("FedFa", "QFFL", "DWFed", "IGFLClient")
+DP_SAFE = ("FedFa", "QFFL", "DWFed", "IGFLClient", "FedNova")
 
 #: Why the others are refused (``None``: no reason more specific than "not analysed").
 REFUSED = {
@@ -34,7 +34,7 @@ REFUSED = {
     "DWFed": "its population distribution P is built from every client's label histogram (set dp_safe: true for the"
              " public uniform P)",
     "Scaffold": "c_k+ - c_k is a second per-client release that is not accounted",
-    "FedNova": "its normalised update and tau_eff come from the cohort (the DP-safe variant is not implemented)",
+    "FedNova": "its tau_eff = sum_k p_k a_k comes from the cohort (set dp_safe: true with a constant tau_eff)",
     "FedDyn": "its server state h sums unclipped client updates",
     "Tempo": "the hierarchy releases several models per global iteration",
 }

@@ -134,8 +134,9 @@ def test_the_dp_safe_variants_train_under_central_dp(tiny, tmp_path):
     callbacks = [{"class_path": "lightning_fl.callbacks.DWFed", "init_args": {"dp_safe": True}},
                  {"class_path": "lightning_fl.callbacks.FedFa", "init_args": {"dp_safe": True}},
                  {"class_path": "lightning_fl.callbacks.QFFL", "init_args": {"dp_safe": True, "f_max": 3.0}},
-                 {"class_path": "lightning_fl.callbacks.IGFLClient", "init_args": {"dp_safe": True}}]
+                 {"class_path": "lightning_fl.callbacks.IGFLClient", "init_args": {"dp_safe": True}},
+                 {"class_path": "lightning_fl.callbacks.FedNova", "init_args": {"dp_safe": True, "tau_eff": 4.0}}]
     for callback in callbacks:
         config = tiny(**{"trainer.callbacks": [callback, CHECKPOINT], "model.dp": dp, "trainer.max_epochs": 2})
         assert run_cli("fit", "--config", str(config)) == 0
-    assert all(len(events(tmp_path, v).Scalars("dp/epsilon")) == 2 for v in range(4))
+    assert all(len(events(tmp_path, v).Scalars("dp/epsilon")) == 2 for v in range(5))

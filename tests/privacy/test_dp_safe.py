@@ -1,4 +1,4 @@
-"""DP-safe FedFa and q-FFL: bounded per-client weights over a fixed denominator, by hand."""
+"""DP-safe FedFa, q-FFL, DWFed, IGFL-C and FedNova: what each may read, over a fixed denominator, by hand."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lightning_fl.aggregation import AggregationPipeline
-from lightning_fl.callbacks import DWFed, FedFa, IGFLClient, QFFL
+from lightning_fl.callbacks import DWFed, FedFa, FedNova, IGFLClient, QFFL
 from lightning_fl.faults.validation import ConfigError
 from lightning_fl.privacy import DifferentialPrivacy
 from lightning_fl.privacy.mechanism import dp_safe_fedfa_weights
@@ -28,7 +28,7 @@ def _under_dp(callback, name: str, args: dict, label_hist=None):
     dp.setup(4, 2, torch.full((4,), 10), 5)
     pipeline = AggregationPipeline()
     dp.install(pipeline, name, args, [], hierarchy=False, sampling="uniform",
-               own_weights=callback.dp_safe)
+               own_weights=callback.dp_own_weights)
     pipeline.setup(2)
     callback.use_pipeline(pipeline)
     return callback, fed
@@ -77,9 +77,20 @@ def test_dp_safe_igfl_c_corrects_with_the_expected_cohort_not_the_realised_one()
     assert prepared(IGFLClient(), fed).group_size(realised) == 1
 
 
+def test_dp_safe_fednova_scales_the_clipped_normalised_sum_by_a_constant_tau_eff():
+    callback, fed = _under_dp(FedNova(dp_safe=True, tau_eff=3.0), "FedNova", {"dp_safe": True, "tau_eff": 3.0})
+    # Plain SGD: a_k = tau_k = (2, 4) local steps, d_k = u_k / a_k = (0.5, 0, 0), (0, 0.25, 0); a_k = 1 and
+    # qW = 2 (DP weights); w + 3 * (0.5, 0.25, 0) / 2.
+    update = make_update(0, [0, 3], ROWS, num_steps=[2, 4])
+    new_w = aggregate(callback, fed, 0, GLOBAL, update)
+    torch.testing.assert_close(new_w, GLOBAL + 3.0 * torch.tensor([0.5, 0.25, 0.0]) / 2)
+
+
 def test_dp_safe_variants_need_central_dp_and_q_ffl_its_bound():
     with pytest.raises(ConfigError, match="f_max"):
         QFFL(dp_safe=True)
+    with pytest.raises(ConfigError, match="tau_eff"):
+        FedNova(dp_safe=True)
     dp = DifferentialPrivacy(noise_multiplier=1.0, local=True, delta=1e-3)
     dp.setup(4, 2, torch.full((4,), 10), 5)
     with pytest.raises(ConfigError, match="model.dp.local: FedFa's DP-safe form is for central DP"):
