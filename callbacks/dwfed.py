@@ -14,6 +14,8 @@ from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.faults.validation import ConfigError
 from lightning_fl.functional.dwfed import ish_weights
 from lightning_fl.functional.label_stats import emd_to_population
+from lightning_fl.functional.weights import normalize_weights
+from lightning_fl.privacy.mechanism import dp_safe_ish_weights
 from lightning_fl.reporting.round_logger import RoundLogger
 from lightning_fl.simulation.callback import AggregationCallback
 from lightning_fl.simulation.federation import Federation
@@ -50,6 +52,12 @@ class DWFed(AggregationCallback):
         eta_ish: ``eta`` in ``ISH_k``: a number ``>= 0`` or the string ``client_lr``. Default 1.0.
         weight_by_samples: Multiply ``ISH_k`` by ``n_k`` before normalising. Default ``False``.
         figure_every_n_rounds: Log the weights bar chart every this many rounds (0: never). Default 1.
+        dp_safe: The DP-safe variant (ours, not the paper's;
+            docs/algorithms.md, Client-level differential privacy): the public uniform ``P`` instead of one
+            built from every client's labels, ``K := model.clients_per_round`` (the expected cohort ``qN``) and
+            ``ISH_k`` never normalised over the cohort, so ``model.dp`` sums them over a fixed denominator.
+            Not with ``weight_by_samples`` (``ISH_k n_k`` is unbounded). Without ``model.dp`` the cohort is
+            averaged with ``ISH_k / sum ISH``.
 
     Raises:
         ConfigError: If ``eta_ish`` is negative, not finite or a string other than ``client_lr``, or
@@ -64,7 +72,7 @@ class DWFed(AggregationCallback):
     supports_reduce = True  # only weighted sums of the clients' weights (model.exchange: reduce)
 
     def __init__(self, eta_ish: float | str = 1.0, weight_by_samples: bool = False,
-                 figure_every_n_rounds: int = 1) -> None:
+                 figure_every_n_rounds: int = 1, dp_safe: bool = False) -> None:
         super().__init__()
         if isinstance(eta_ish, str):
             if eta_ish != CLIENT_LR:
@@ -77,8 +85,11 @@ class DWFed(AggregationCallback):
         if isinstance(figure_every_n_rounds, bool) or not isinstance(figure_every_n_rounds, int) \
                 or figure_every_n_rounds < 0:
             raise ConfigError(f"figure_every_n_rounds must be an integer >= 0; got {figure_every_n_rounds!r}")
+        if dp_safe and weight_by_samples:
+            raise ConfigError("dp_safe: DWFed's DP-safe weights cannot use weight_by_samples (ISH_k n_k is unbounded)")
         self.eta_ish = eta_ish
         self.weight_by_samples = weight_by_samples
+        self.dp_safe = self.dp_own_weights = bool(dp_safe)
         self.figure_every_n_rounds = figure_every_n_rounds
         self._emd_cache: tuple[Any, Tensor] | None = None
 
@@ -95,6 +106,16 @@ class DWFed(AggregationCallback):
     @override
     def combination(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
                     log: RoundLogger) -> Combination:
+        if self.dp_safe:  # each client's own labels against the public uniform P, K := qN
+            ids = update.client_ids.to(federation.label_histograms.device).long()
+            own = dp_safe_ish_weights(federation.label_histograms[ids], float(federation.clients_per_round),
+                                      self.eta(federation)).to(global_w)
+            weights, degenerate = normalize_weights(own)
+            if degenerate:
+                self.warn_degenerate_once("ISH weights", round_idx)
+            figure = self.figure_every_n_rounds > 0 and round_idx % self.figure_every_n_rounds == 0
+            log_client_weights(log, weights, update.client_ids, "DWFed weights (DP-safe)", figure)
+            return Combination(weights, own_weights=own)
         all_emd = self.population_emd(federation)
         emd = all_emd[update.client_ids.to(all_emd.device).long()].to(device=global_w.device)
         samples = update.num_samples.to(global_w.device) if self.weight_by_samples else None

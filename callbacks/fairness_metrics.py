@@ -164,6 +164,12 @@ class FairnessMetrics(FederatedCallback):
         name = self.method_name or self._aggregation
         table = fairness_table({name: row})
         note = "" if last_rounds is None else "\n" + last_rounds_note(*last_rounds)
+        metrics = trainer.callback_metrics
+        for tag, what in (("dp/epsilon", "Client-level DP: epsilon"),  # model.dp: what the released models cost
+                          ("dp/local_epsilon_max", "Local DP: the most released client's epsilon")):
+            if tag in metrics:
+                note += (f"\n{what} {float(metrics[tag]):.4g} at delta {float(metrics['dp/delta']):.3g}"
+                         " (docs/algorithms.md, Client-level differential privacy).")
         splits = "client test splits" if not self._left_out else \
             f"honest clients' test splits; the {self._left_out} Byzantine clients are in test/all/*"
         rounds = f"{row['round']} round{'' if row['round'] == 1 else 's'}"

@@ -22,6 +22,8 @@ from lightning_fl.functional.fedfa import (
     fedfa_weights,
     server_momentum_step,
 )
+from lightning_fl.functional.weights import normalize_weights
+from lightning_fl.privacy.mechanism import dp_safe_fedfa_weights
 from lightning_fl.reporting.figures import weights_figure
 from lightning_fl.reporting.round_logger import RoundLogger
 from lightning_fl.simulation.callback import AggregationCallback
@@ -101,6 +103,11 @@ class FedFa(AggregationCallback):
             histogram is logged every round). Default 1.
         period_mode: ``every_round`` (default) or ``per_period`` (see step 5).
         train_acc: ``trained`` (default) or ``running`` (see the notes above).
+        dp_safe: The DP-safe variant (ours, not the paper's;
+            docs/algorithms.md, Client-level differential privacy): ``a_k = alpha I(acc_k) + beta I(1 - f_k / (t + 1))`` with the bounded
+            ``I(x) = min(-log2(max(x, 2^-10)), 10) / 10`` and ``f_k`` the past participations, each in ``[0, 1]``
+            and never normalised over the cohort, so ``model.dp`` can sum them over a fixed denominator.
+            Without ``model.dp`` the cohort is averaged with ``a_k / sum a``.
 
     Raises:
         ConfigError: On ``alpha + beta != 1``, a negative ``alpha``/``beta``, ``server_momentum``
@@ -135,6 +142,7 @@ class FedFa(AggregationCallback):
         figure_every_n_rounds: int = 1,
         period_mode: str = "every_round",
         train_acc: str = "trained",
+        dp_safe: bool = False,
     ) -> None:
         super().__init__()
         check_non_negative("alpha", alpha)
@@ -153,6 +161,7 @@ class FedFa(AggregationCallback):
         self.figure_every_n_rounds = figure_every_n_rounds
         self.period_mode = period_mode
         self.train_acc = train_acc
+        self.dp_safe = self.dp_own_weights = bool(dp_safe)
         # The engine measures y_k on the full train split only when asked (one extra forward pass).
         self.requires_trained_accuracy = train_acc == "trained"
         self.add_server_state("momentum")  # (d,) after the first round
@@ -162,15 +171,16 @@ class FedFa(AggregationCallback):
 
     def client_weights(self, update: CohortUpdate, like: Tensor) -> tuple[Tensor, bool]:
         """The cohort's ``(K,)`` aggregation weights (dtype/device of ``like``) and the degenerate flag."""
+        accuracy = self._accuracy(update).to(device=like.device, dtype=like.dtype)
+        return fedfa_weights(accuracy, update.participation.to(like.device), self.alpha, self.beta)
+
+    def _accuracy(self, update: CohortUpdate) -> Tensor:
         if self.train_acc == "trained":
             if update.trained_acc is None:
                 raise RuntimeError("FedFa(train_acc=trained) needs CohortUpdate.trained_acc; the engine did not"
                                    " measure it")
-            accuracy = update.trained_acc
-        else:
-            accuracy = update.train_acc
-        accuracy = accuracy.to(device=like.device, dtype=like.dtype)
-        return fedfa_weights(accuracy, update.participation.to(like.device), self.alpha, self.beta)
+            return update.trained_acc
+        return update.train_acc
 
     @override
     def on_federation_setup(self, federation: Federation) -> None:
@@ -198,10 +208,16 @@ class FedFa(AggregationCallback):
     @override
     def combination(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
                     log: RoundLogger) -> Combination:
-        weights, degenerate = self.client_weights(update, global_w)
+        if self.dp_safe:  # participation counts this round too: f_k - 1 rounds before it
+            own = dp_safe_fedfa_weights(self._accuracy(update), update.participation - 1, round_idx, self.alpha,
+                                        self.beta).to(global_w)
+            weights, degenerate = normalize_weights(own)
+        else:
+            own = None
+            weights, degenerate = self.client_weights(update, global_w)
         if degenerate:
             self.warn_degenerate_once("weights", round_idx)
-        return Combination(weights)
+        return Combination(weights, own_weights=own)
 
     @override
     def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,

@@ -9,9 +9,9 @@ from typing_extensions import override
 
 from lightning_fl.aggregation.pipeline import Combination
 from lightning_fl.engines.cohort import CohortUpdate
-from lightning_fl.faults.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError, check_positive
 from lightning_fl.functional.fednova import fednova_normalizer, fednova_step, normalized_updates
-from lightning_fl.functional.weights import as_float_like, normalize_weights
+from lightning_fl.functional.weights import as_float_like, normalize_weights, weighted_average
 from lightning_fl.reporting.round_logger import RoundLogger
 from lightning_fl.simulation.callback import AggregationCallback
 from lightning_fl.simulation.federation import Federation
@@ -46,8 +46,17 @@ class FedNova(AggregationCallback):
 
     TensorBoard (step = round number ``t + 1``): ``server/tau_eff``.
 
+    Args:
+        dp_safe: The DP-safe variant (docs/algorithms.md, Client-level differential privacy): the constant
+            ``tau_eff`` below in place of the cohort's ``sum_k p_k a_k``; under ``model.dp`` the rows
+            ``d_k = Δ_k / a_k`` are clipped and summed with the DP weights ``min(n_k / n_cap, 1)``
+            (``model.dp.weight_cap``) over the fixed denominator. Without ``model.dp``:
+            ``w^t + tau_eff sum_k p_k d_k``.
+        tau_eff: The constant ``tau_eff > 0`` of ``dp_safe`` (e.g. the local steps of a typical client).
+
     Raises:
-        ConfigError: At set-up, if the client optimizer's momentum is outside ``[0, 1)``.
+        ConfigError: At set-up, if the client optimizer's momentum is outside ``[0, 1)``; ``dp_safe``
+            without a ``tau_eff > 0``.
 
     Example (YAML)::
 
@@ -59,6 +68,14 @@ class FedNova(AggregationCallback):
     """
 
     logged_scalars = ("server/tau_eff",)
+
+    def __init__(self, dp_safe: bool = False, tau_eff: float | None = None) -> None:
+        super().__init__()
+        if dp_safe and tau_eff is None:
+            raise ConfigError("tau_eff: FedNova with dp_safe: true needs the constant tau_eff")
+        if tau_eff is not None:
+            check_positive("tau_eff", tau_eff)
+        self.dp_safe, self.tau_eff = bool(dp_safe), tau_eff
 
     @override
     def on_federation_setup(self, federation: Federation) -> None:
@@ -80,6 +97,15 @@ class FedNova(AggregationCallback):
     def combination(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
                     log: RoundLogger) -> Combination:
         momentum = federation.optimizer.momentum
+        if self.dp_safe:  # a constant tau_eff: the cohort's sum_k p_k a_k would couple the clients
+            p, degenerate = normalize_weights(as_float_like(update.num_samples, global_w))
+            if degenerate:
+                self.warn_degenerate_once("sample-count weights", round_idx)
+            a = as_float_like(fednova_normalizer(update.num_steps, momentum), global_w)
+            tau_eff = float(self.tau_eff)
+            log.log_scalars({"server/tau_eff": tau_eff})
+            return Combination(p, tau_eff, rows=lambda rows: normalized_updates(rows, a), exact=lambda: global_w +
+                               tau_eff * weighted_average(normalized_updates(update.weights - global_w, a), p))
         step = fednova_step(global_w, update.weights, update.num_samples, update.num_steps, momentum)
         if step.degenerate:
             self.warn_degenerate_once("sample-count weights", round_idx)

@@ -60,6 +60,13 @@ class IGFLClientHooks:
     layout comes from the loop, kept by Lightning's ``setup`` hook (and refreshed every round).
     """
 
+    #: ``K`` of the correction when it must not be the realised cohort size (DP-safe IGFL-C: ``qN``).
+    expected_cohort: int | None = None
+
+    def group_size(self, ctx: LocalTrainingContext) -> int:
+        """``K``: the cohort size, or the expected cohort ``qN`` of DP-safe IGFL-C (the realised one couples clients)."""
+        return ctx.cohort_size if self.expected_cohort is None else self.expected_cohort
+
     def on_local_train_start(self, ctx: LocalTrainingContext) -> None:
         layout = ctx.layout
         like = next(iter(ctx.global_params.values()))
@@ -73,13 +80,13 @@ class IGFLClientHooks:
         for name, value in ctx.global_params.items():
             p = prev[name].to(value.dtype)
             constant[name] = igfl_client_correction(torch.zeros_like(p), p, server[name].to(value.dtype), ctx.num_steps,
-                                                    ctx.cohort_size)
+                                                    self.group_size(ctx))
         ctx.cache[_CACHE_CONSTANT] = constant
 
     def after_local_step(self, ctx: LocalTrainingContext, params: dict[str, Tensor],
                          step_delta: dict[str, Tensor]) -> None:
         constant = ctx.cache[_CACHE_CONSTANT]
-        inv_k = 1.0 / ctx.cohort_size
+        inv_k = 1.0 / self.group_size(ctx)
         with torch.no_grad():
             for name, value in params.items():
                 value.add_(torch.add(constant[name], step_delta[name], alpha=inv_k))  # += D_G
@@ -111,6 +118,10 @@ class IGFLClient(IGFLClientHooks, IGFLState, FedAvg):
 
     Args:
         weighting: FedAvg server weighting: ``samples`` (default) or ``uniform``.
+        dp_safe: The DP-safe variant (docs/algorithms.md, Client-level differential privacy): ``K :=
+            model.clients_per_round`` (the expected cohort ``qN``) in the correction instead of the realised cohort
+            size, which would couple the clients; it reads only the public ``w^t - w^{t-1}`` and the client's own
+            previous delta, so ``model.dp`` may wrap it like FedAvg.
 
     Raises:
         ConfigError: If ``weighting`` is unknown.
@@ -123,9 +134,15 @@ class IGFLClient(IGFLClientHooks, IGFLState, FedAvg):
     supports_hierarchy = False  # the hooks need per-client deltas, not institution models
     supports_reduce = False  # records every client's delta
 
-    def __init__(self, weighting: str = "samples") -> None:
+    def __init__(self, weighting: str = "samples", dp_safe: bool = False) -> None:
         super().__init__(weighting)
+        self.dp_safe = bool(dp_safe)
         self.declare_igfl_state()
+
+    @override
+    def on_federation_setup(self, federation: Federation) -> None:
+        super().on_federation_setup(federation)
+        self.expected_cohort = federation.clients_per_round if self.dp_safe else None
 
     @override
     def aggregate(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,

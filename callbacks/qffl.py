@@ -8,8 +8,10 @@ from typing_extensions import override
 
 from lightning_fl.aggregation.pipeline import Combination
 from lightning_fl.engines.cohort import CohortUpdate
-from lightning_fl.faults.validation import ConfigError, check_non_negative
+from lightning_fl.faults.validation import ConfigError, check_non_negative, check_positive
 from lightning_fl.functional.qffl import qffl_combination
+from lightning_fl.functional.weights import normalize_weights
+from lightning_fl.privacy.mechanism import dp_safe_qffl_weights
 from lightning_fl.reporting.round_logger import RoundLogger
 from lightning_fl.simulation.callback import AggregationCallback
 from lightning_fl.simulation.federation import Federation
@@ -44,6 +46,12 @@ class QFFL(AggregationCallback):
 
     Args:
         q: Fairness exponent ``q >= 0`` (0: unweighted averaging). Default 1.0.
+        dp_safe: The DP-safe variant (ours, not the paper's;
+            docs/algorithms.md, Client-level differential privacy): ``a_k = (min(F_k, F_max) / F_max)^q`` in ``[0, 1]``, never normalised over the cohort, so
+            ``model.dp`` sums them over a fixed denominator; the Lipschitz step normalisation is dropped (a
+            server optimizer's lr takes its place) and any client optimizer may be used. Without ``model.dp``
+            the cohort is averaged with ``a_k / sum a``.
+        f_max: ``F_max > 0``, the declared loss bound of ``dp_safe`` (e.g. the initial model's loss on public data).
 
     Raises:
         ConfigError: If ``q < 0``; at set-up, if the client optimizer is not ``torch.optim.SGD`` with
@@ -63,14 +71,19 @@ class QFFL(AggregationCallback):
 
     requires_loss_before = True
 
-    def __init__(self, q: float = 1.0) -> None:
+    def __init__(self, q: float = 1.0, dp_safe: bool = False, f_max: float | None = None) -> None:
         super().__init__()
         check_non_negative("q", q)
-        self.q = float(q)
+        if dp_safe and f_max is None:
+            raise ConfigError("f_max: q-FFL with dp_safe: true needs the declared loss bound F_max")
+        if f_max is not None:
+            check_positive("f_max", f_max)
+        self.q, self.dp_safe, self.f_max = float(q), bool(dp_safe), f_max
+        self.dp_own_weights = self.dp_safe
 
     @override
     def on_federation_setup(self, federation: Federation) -> None:
-        if not federation.optimizer.is_plain_sgd() or federation.optimizer.momentum != 0.0:
+        if not self.dp_safe and not federation.optimizer.is_plain_sgd() or federation.optimizer.momentum != 0.0:
             raise ConfigError(f"optimizer: q-FFL needs torch.optim.SGD with momentum 0 (it takes L = 1/lr); got"
                               f" {federation.optimizer.describe()}")
 
@@ -79,6 +92,12 @@ class QFFL(AggregationCallback):
                     log: RoundLogger) -> Combination:
         if update.loss_before is None:
             raise RuntimeError("q-FFL needs CohortUpdate.loss_before; the engine did not measure it")
+        if self.dp_safe:
+            own = dp_safe_qffl_weights(update.loss_before, self.q, self.f_max).to(global_w)
+            p, degenerate = normalize_weights(own)
+            if degenerate:
+                self.warn_degenerate_once("weights", round_idx)
+            return Combination(p, own_weights=own)
         lr = federation.optimizer.lr
         p, scale, new_w = qffl_combination(global_w, update.weights, update.loss_before, lr, self.q)
         return Combination(p, scale, exact=lambda: new_w)

@@ -20,10 +20,10 @@ from lightning_fl.aggregation.server_optimizers import (
     ServerYogi,
 )
 from lightning_fl.aggregation.stage import PipelineStage, StageContext
-from lightning_fl.aggregation.transforms import NormClip, UpdateTransform
+from lightning_fl.aggregation.transforms import AggregateTransform, NormClip, UpdateTransform
 
 __all__ = [
-    "AggregationPipeline", "Bucketing", "Bulyan", "CenteredClipping", "Combination", "CombiningRule",
+    "AggregateTransform", "AggregationPipeline", "Bucketing", "Bulyan", "CenteredClipping", "Combination", "CombiningRule",
     "GeometricMedian", "Krum", "Mean", "Median", "MultiKrum", "NearestNeighbourMixing", "NormClip",
     "PipelineStage", "PreAggregator", "ServerAdagrad", "ServerAdam", "ServerAdaptive", "ServerMomentum",
     "ServerOptimizer", "ServerSGD", "ServerYogi", "StageContext", "TrimmedMean", "UpdateTransform",

@@ -23,7 +23,7 @@ from lightning_fl.aggregation.pre_aggregators import PreAggregator
 from lightning_fl.aggregation.rules import CombiningRule, Mean, Median
 from lightning_fl.aggregation.server_optimizers import ServerOptimizer
 from lightning_fl.aggregation.stage import PipelineStage, StageContext
-from lightning_fl.aggregation.transforms import UpdateTransform
+from lightning_fl.aggregation.transforms import AggregateTransform, UpdateTransform
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.faults.validation import ConfigError
 from lightning_fl.faults.warn_once import WarnOnce
@@ -42,12 +42,16 @@ class Combination:
         rows: The algorithm's map of the raw rows ``Δ_k = y_k - w^t`` (FedNova: ``Δ_k / a_k``); ``None``: identity.
         exact: The algorithm's own ``w^t + s sum p_k u_k`` computed as before the pipeline (bitwise the
             shipped results); ``None``: ``update.weighted_sum(p)``.
+        own_weights: A DP-safe algorithm's ``(K,)`` weights ``a_k in [0, 1]``, each from client ``k``'s own data
+            and public values, never normalised over the cohort; ``model.dp``'s fixed-denominator sum reads
+            them (docs/algorithms.md, Client-level differential privacy). ``None``: not DP-safe.
     """
 
     p: Tensor
     scale: float | Tensor = 1.0
     rows: Callable[[Tensor], Tensor] | None = None
     exact: Callable[[], Tensor] | None = None
+    own_weights: Tensor | None = None
 
 
 class AggregationPipeline(RecordsInitArgs):
@@ -89,6 +93,7 @@ class AggregationPipeline(RecordsInitArgs):
         self.f_given, self.f_fraction = f, float(f_fraction)
         self.f = 0 if f is None else f
         self.attack: Attack | None = None  # model.attack, handed over by the round runner
+        self.aggregate_transforms: list[AggregateTransform] = []  # stage 3 (the DP noise), installed by model.dp
         self.warn_once = WarnOnce()  # (key, message): each kind of warning once per run
 
     def __eq__(self, other: object) -> bool:
@@ -102,7 +107,8 @@ class AggregationPipeline(RecordsInitArgs):
     def is_identity(self) -> bool:
         """No transform, no pre-aggregator, the mean, no row attack: the algorithm's own aggregate, bitwise."""
         attacked = self.attack is not None and self.attack.replaces_rows
-        return not self.transforms and self.pre_aggregator is None and type(self.rule) is Mean and not attacked
+        return (not self.transforms and self.pre_aggregator is None and type(self.rule) is Mean and not attacked
+                and not self.aggregate_transforms)
 
     @property
     def needs_every_row(self) -> bool:
@@ -115,6 +121,7 @@ class AggregationPipeline(RecordsInitArgs):
         if self.pre_aggregator is not None:
             named["pre_aggregator"] = self.pre_aggregator
         named["rule"] = self.rule
+        named.update({f"aggregate_transforms.{i}": t for i, t in enumerate(self.aggregate_transforms)})
         return named
 
     def setup(self, cohort_size: int, cohort: str = "model.clients_per_round", field: str = "model.aggregation") -> None:
@@ -162,6 +169,7 @@ class AggregationPipeline(RecordsInitArgs):
         if self.is_identity:
             return combination.exact() if combination.exact is not None else update.weighted_sum(combination.p)
         U = update.weights - global_w
+        ctx.own_weights = combination.own_weights
         if combination.rows is not None:
             U = combination.rows(U)
         honest_mean = None
@@ -180,7 +188,19 @@ class AggregationPipeline(RecordsInitArgs):
         aggregate = self._apply_rule(U, p, ctx, algorithm, byzantine)
         if honest_mean is not None:
             ctx.log.log_scalars({"robust/dist_to_honest_mean": float(torch.linalg.vector_norm(aggregate - honest_mean))})
+        for stage in self.aggregate_transforms:
+            aggregate = stage.apply(aggregate, ctx)
         return global_w + combination.scale * aggregate
+
+    def combine_empty(self, global_w: Tensor, ctx: StageContext) -> Tensor:
+        """``w_agg`` of a round with no member: every stage on an empty stack (under DP: ``w^t`` plus the noise)."""
+        U = global_w.new_zeros(0, global_w.numel())
+        for stage in self.transforms:
+            U = stage.transform(U, ctx)
+        aggregate, _ = self.rule.combine(U, global_w.new_zeros(0), self.f, ctx)
+        for stage in self.aggregate_transforms:
+            aggregate = stage.apply(aggregate, ctx)
+        return global_w + aggregate
 
     def _attacked(self, U: Tensor, byzantine: Tensor, ctx: StageContext) -> Tensor:
         """``U`` with the Byzantine members' rows replaced by what the attack sends (their own when it cannot)."""

@@ -31,6 +31,7 @@ class StageContext:
             a small cohort.
         log: Logs at step ``t + 1``.
         warn_once: ``warn_once(key, message)`` warns the first time ``key`` is seen in this run.
+        own_weights: The algorithm's DP-safe ``(K_t,)`` weights ``a_k`` (``Combination.own_weights``), if any.
     """
 
     round_idx: int
@@ -40,6 +41,7 @@ class StageContext:
     f: int
     log: RoundLogger
     warn_once: Callable[[str, str], None]
+    own_weights: Tensor | None = None
 
 
 class PipelineStage(RecordsInitArgs, DeclaredState):

@@ -22,6 +22,18 @@ class UpdateTransform(PipelineStage):
         raise NotImplementedError
 
 
+class AggregateTransform(PipelineStage):
+    """Base of the aggregate transforms (stage 3): a map of the combined ``(P,)`` aggregate, once per round.
+
+    They run after the gather, on the same aggregate on every process, never per rank (the DP noise of
+    docs/algorithms.md, Client-level differential privacy); ``model.dp`` installs them.
+    """
+
+    def apply(self, aggregate: Tensor, ctx: StageContext) -> Tensor:
+        """The transformed ``(P,)`` aggregate."""
+        raise NotImplementedError
+
+
 def clip_rows(U: Tensor, max_norm: float) -> Tensor:
     """Each row scaled by ``min(1, C / ||u_k||)``: ``||u_k'|| <= C``, direction kept; a zero row stays 0.
 
@@ -63,4 +75,4 @@ class NormClip(UpdateTransform):
         return clip_rows(U, self.max_norm)
 
 
-__all__ = ["NormClip", "UpdateTransform", "clip_rows"]
+__all__ = ["AggregateTransform", "NormClip", "UpdateTransform", "clip_rows"]

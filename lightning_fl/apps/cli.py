@@ -27,6 +27,7 @@ from lightning_fl.faults.preemption import Preemption, requeued_checkpoint
 from lightning_fl.faults.validation import (CheckpointError, ClientStateError, ConfigError, DivergenceError,
                                             OutputWriteError, RunWriteError, exception_chain)
 from lightning_fl.faults.write_failures import write_failure
+from lightning_fl.privacy.config import dp_config_error
 from lightning_fl.simulation.datamodule import FederatedDataModule
 from lightning_fl.simulation.distributed import RankFailure
 from lightning_fl.simulation.loop import FederatedLoop
@@ -88,8 +89,8 @@ class FederatedArgumentParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         # Nested parsers (exit_on_error off) only pass the report up; translate where it would be printed.
         if self.exit_on_error:
-            partition = (partition_config_error(message) or stage_config_error(message) or non_finite_error(message)
-                         or missing_package_error(message))
+            partition = (partition_config_error(message) or stage_config_error(message) or dp_config_error(message)
+                         or non_finite_error(message) or missing_package_error(message))
             if partition is not None:
                 raise ConfigError(partition)
         super().error(message, ex)

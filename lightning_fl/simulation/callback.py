@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from pytorch_lightning import Callback
 from torch import Tensor
 
@@ -92,6 +93,8 @@ class AggregationCallback(FederatedCallback):
             Communication accounting).
         vectors_up: Model-sized vectors each cohort member sends per round (1: its weights; SCAFFOLD 2:
             ``y_k`` and ``c_k+ - c_k``).
+        dp_own_weights: Whether :meth:`combination` supplies DP-safe weights ``Combination.own_weights``
+            (``dp_safe: true`` of FedFa, q-FFL, DWFed), which ``model.dp`` sums over ``qN``.
     """
 
     supports_hierarchy: bool = False
@@ -100,6 +103,7 @@ class AggregationCallback(FederatedCallback):
     own_server_optimizer: bool = False
     vectors_down: int = 1
     vectors_up: int = 1
+    dp_own_weights: bool = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -140,6 +144,12 @@ class AggregationCallback(FederatedCallback):
         combination = self.combination(round_idx, global_w, update, federation, log)
         w_agg = self.combine(round_idx, global_w, update, combination, federation, log)
         return self.server_optimizer.step(global_w, w_agg, log)
+
+    def aggregate_empty(self, round_idx: int, global_w: Tensor, federation: Federation, log: RoundLogger) -> Tensor:
+        """``w^{t+1}`` of a round with no member under ``model.dp``: the server step on ``w^t`` plus the DP noise."""
+        ctx = StageContext(round_idx, torch.zeros(0, dtype=torch.long), global_w, federation.seed, self.pipeline.f, log,
+                           self.warn_once)
+        return self.server_optimizer.step(global_w, self.pipeline.combine_empty(global_w, ctx), log)
 
     def combine(self, round_idx: int, global_w: Tensor, update: CohortUpdate, combination: Combination,
                 federation: Federation, log: RoundLogger) -> Tensor:

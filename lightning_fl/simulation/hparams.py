@@ -28,10 +28,11 @@ from torch.utils.tensorboard.summary import hparams
 METRIC_TAGS = tuple(f"{split}/{name}" for split in ("test", "val")
                     for name in ("acc_mean", "acc_worst20", "acc_best20", "acc_var", "jain", "acc_pooled", "loss")
                     ) + ("test/acc_mean_last10pct",  # IGFL's metric, logged once at the end of fit
-                         "test/all/acc_mean", "test/all/acc_worst20")  # every client, under model.attack
+                         "test/all/acc_mean", "test/all/acc_worst20",  # every client, under model.attack
+                         "dp/epsilon")  # the privacy spent so far, under model.dp
 #: The columns every run declares, in name order (TensorBoard sorts them so, and ticks the first five).
 COLUMNS = ("algorithm", "algorithm.args", "client.optimizer", "data.partition", "data.set", "federation.clients",
-           "federation.cohort", "local.batch_size", "local.epochs", "model.aggregation", "model.attack",
+           "federation.cohort", "local.batch_size", "local.epochs", "model.aggregation", "model.attack", "model.dp",
            "model.lr_scheduler", "rounds", "seed", "seed.data")
 _SKIPPED = ("data contents", "model.client shapes")  # a digest and tensor shapes: nothing to sort runs by
 
@@ -102,6 +103,7 @@ def comparison_columns(method: str, config: Mapping[str, Any]) -> dict[str, bool
         "local.epochs": config.get("model.local_epochs", "none"),
         "model.aggregation": _described(config.get("model.aggregation", "default")),
         "model.attack": _described(config.get("model.attack")),
+        "model.dp": _described(config.get("model.dp")),
         "model.lr_scheduler": _described(config.get("model.lr_scheduler")),
         "rounds": config.get("rounds", "none"),
         "seed": config.get("model.seed", "none"),

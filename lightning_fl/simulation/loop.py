@@ -29,6 +29,7 @@ from lightning_fl.faults.dead_rank import report_dead_children
 from lightning_fl.faults.preemption import Preemption
 from lightning_fl.faults.validation import ConfigError, check_choice, check_positive
 from lightning_fl.models.base import ClientModule
+from lightning_fl.privacy.config import DifferentialPrivacy
 from lightning_fl.reporting.round_logger import RoundLogger, RunOutputs
 from lightning_fl.simulation.callback import AggregationCallback, FederatedCallback
 from lightning_fl.simulation.datamodule import FederatedDataModule
@@ -99,10 +100,8 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             (``clients_per_round`` and ``sampling`` do not apply) and the aggregation callback combines
             institution models.
         keep_client_optimizer_state: Keep each client's optimizer state between its participations.
-        lr_scheduler: A ``torch.optim.lr_scheduler`` class stepped once per round: round ``t``'s clients
-            train at its rate after ``t`` steps (``--lr_scheduler ExponentialLR --lr_scheduler.gamma 0.99``;
-            docs/algorithms.md, Local training). Logged as ``train/lr``.
-        lr_scheduler_interval: ``round`` (default) or ``step``: step it after every local step instead.
+        lr_scheduler: A ``torch.optim.lr_scheduler`` class for the client lr (``train/lr``), stepped after every
+            round, or every local step with ``lr_scheduler_interval: step`` (docs/algorithms.md, Local training).
         eval_batch_size: Samples per forward pass when evaluating all clients.
         client_state: Where callbacks' per-client state (SCAFFOLD controls, IGFL deltas, ...) lives:
             ``memory`` (default) or ``disk``, append-only files under ``<run dir>/client_state`` read
@@ -136,6 +135,8 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             ``SignFlip``, ``Scale``, ``Gaussian``, ``ALIE``, ``IPM``), a fraction of all clients fixed from the
             seed; ``val/*`` and ``test/*`` then cover the honest clients and ``test/all/*`` everyone
             (docs/algorithms.md, Attacks (Byzantine clients)). ``None`` (default): no attack.
+        dp: Client-level differential privacy (:class:`~lightning_fl.privacy.DifferentialPrivacy`), central or
+            local, with ``dp/epsilon`` logged every round (docs/algorithms.md, Client-level differential privacy).
         cpu_threads: Intra-op threads for torch on CPU. ``None`` (auto) uses 1 thread for models under
             one million parameters: their per-step kernels are microseconds long, and a second thread
             makes each step wait on a barrier (10x slower when the machine is busy with other runs).
@@ -176,6 +177,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         attack: Attack | None = None,
         lr_scheduler: LRSchedulerCallable | None = None,
         lr_scheduler_interval: str = "round",
+        dp: DifferentialPrivacy | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(client, ClientModule):
@@ -222,7 +224,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         self.on_client_divergence = on_client_divergence
         self.resume_despite_changes = resume_despite_changes
         self.aggregation = aggregation if aggregation is not None else AggregationPipeline()
-        self.attack = attack
+        self.attack, self.dp = attack, dp
         self.lr_scheduler, self.lr_scheduler_interval = lr_scheduler, lr_scheduler_interval
         self.lr_schedule: ClientLrSchedule | None = None
         self.honest_clients: Tensor | None = None  # (N,) bool with an attack: whose metrics are the headline
@@ -281,8 +283,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         if self.system is not None:
             self.system.setup(data.num_clients, self.seed, self.local_epochs, self.batch_size, data.train_sizes(),
                               model_bytes=self.layout.numel * 4)
-        if self.lr_scheduler is not None:
-            self.lr_schedule = ClientLrSchedule(self.lr_scheduler, self.optimizer_factory, self.lr_scheduler_interval)
+        self.lr_schedule = ClientLrSchedule.build(self.lr_scheduler, self.optimizer_factory, self.lr_scheduler_interval)
         plan = LocalTrainingPlan(self.optimizer_factory, self.local_epochs, self.batch_size, self.seed,
                                  self.client_lr, precision, self.max_parallel_clients)
         self.engine: ClientEngine = build_engine(self.engine_name, plan, self.model, self.trainer.strategy.root_device)
@@ -306,7 +307,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         self.rounds = RoundRunner(self.model, self.engine, self.sampler, self.store, self.hierarchy, self.federation,
                                   callbacks, self.sharding, reduce=self.exchange == "reduce", system=self.system,
                                   on_client_divergence=self.on_client_divergence, pipeline=self.aggregation,
-                                  attack=self.attack)
+                                  attack=self.attack, dp=self.dp, rounds=self.trainer.max_epochs)
         self.rounds.setup_callbacks(training=stage == "fit", make_rows=self._row_store_factory())
 
     def _client_state_dir(self) -> Path | None:
@@ -369,6 +370,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         result = self.rounds.run(round_idx, log)
         if self.lr_schedule is not None:
             self.lr_schedule.step()
+        self.trainer.should_stop = self.trainer.should_stop or self.rounds.stop_requested  # model.dp.on_budget
         self._count_server_step()
         self.rounds_completed = round_idx + 1
         if result is None:  # an empty round (model.system): nothing trained, nothing to aggregate

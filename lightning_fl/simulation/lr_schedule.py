@@ -85,6 +85,12 @@ class ClientLrSchedule:
                          **{k: v for k, v in self._scheduler.state_dict().items()
                             if not k.startswith("_") and k not in ("last_epoch", "verbose")}}
 
+    @classmethod
+    def build(cls, scheduler: Callable[[Optimizer], Any] | None, optimizer: OptimizerFactory,
+              interval: str = "round") -> ClientLrSchedule | None:
+        """The schedule of ``model.lr_scheduler``, or ``None`` when there is none."""
+        return None if scheduler is None else cls(scheduler, optimizer, interval)
+
     def lr(self) -> float:
         """The learning rate of the coming round (the configured one with ``interval: step``)."""
         return self._base if self.interval == "step" else self._current()

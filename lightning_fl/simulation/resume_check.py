@@ -61,6 +61,8 @@ def run_config(loop: Any, datamodule: Any, callbacks: Iterable[FederatedCallback
         config["model.attack"] = describe(loop.attack)
     if getattr(loop, "lr_schedule", None) is not None:  # recorded when set, as the pipeline
         config["model.lr_scheduler"] = describe(loop.lr_schedule.settings)
+    if getattr(loop, "dp", None) is not None:
+        config["model.dp"] = describe(loop.dp)
     config["model.client"] = type(loop.model).__qualname__
     config["model.client shapes"] = {n: list(p.shape) for n, p in loop.model.state_dict().items()}
     probe = loop.optimizer_factory([torch.nn.Parameter(torch.zeros(1))])

@@ -23,6 +23,7 @@ from lightning_fl.engines.evaluation import ClientEvaluation, client_train_losse
 from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.faults.validation import ConfigError, DivergenceError
 from lightning_fl.models.base import ClientModule
+from lightning_fl.privacy.config import DifferentialPrivacy
 from lightning_fl.reporting.round_logger import RoundLogger
 from lightning_fl.simulation.callback import AggregationCallback, FederatedCallback
 from lightning_fl.simulation.distributed import CohortSharding
@@ -34,6 +35,20 @@ from lightning_fl.simulation.system import ClientFates, SystemHeterogeneity
 from lightning_fl.state.client_rows import RowStore
 from lightning_fl.state.client_state import ClientStateStore
 from lightning_fl.state.client_table import ClientTable
+
+
+def _data_dependent_system(system: SystemHeterogeneity | None) -> list[str]:
+    """The ``model.system`` settings under which who reports depends on more than keyed draws (refused by ``model.dp``).
+
+    A deadline drops or cuts clients by their work, which grows with ``n_k``; straggler fractions and
+    over-selection keep the first finishers, which also depends on ``n_k``. Availability and dropout are
+    keyed draws, independent of the data.
+    """
+    if system is None:
+        return []
+    return [f"model.system.{name}" for name, on in (("deadline", system.deadline is not None),
+                                                    ("straggler_fraction", system.straggler_fraction is not None),
+                                                    ("over_selection", system.over_selection > 0)) if on]
 
 
 class RoundRunner:
@@ -56,13 +71,20 @@ class RoundRunner:
         attack: ``model.attack``, set up (its Byzantine clients drawn); it runs inside the pipeline.
         on_client_divergence: ``stop`` (raise :class:`DivergenceError` naming the round and client) or
             ``drop`` (discard diverged clients' updates, log them, go on; stop only if all diverged).
+        dp: ``model.dp``: checked against the run, set up for ``rounds`` planned rounds, its stages put into
+            the pipeline and its sampling into ``sampler`` (docs/algorithms.md, Client-level differential privacy).
+        rounds: The planned rounds (``trainer.max_epochs``), which a target epsilon is calibrated over.
+
+    Attributes:
+        stop_requested: Set when ``model.dp.on_budget: stop`` ends the run (the loop stops the trainer).
     """
 
     def __init__(self, model: ClientModule, engine: ClientEngine, sampler: ClientSampler, store: ClientStateStore,
                  hierarchy: Hierarchy | None, federation: Federation, callbacks: Sequence[FederatedCallback],
                  sharding: CohortSharding | None = None, reduce: bool = False,
                  system: SystemHeterogeneity | None = None, on_client_divergence: str = "stop",
-                 pipeline: AggregationPipeline | None = None, attack: Attack | None = None) -> None:
+                 pipeline: AggregationPipeline | None = None, attack: Attack | None = None,
+                 dp: DifferentialPrivacy | None = None, rounds: int = 1) -> None:
         self.model, self.engine, self.sampler, self.store = model, engine, sampler, store
         self.system, self.on_client_divergence = system, on_client_divergence
         self.fates: ClientFates | None = None  # the last flat round's, under a system model
@@ -83,6 +105,15 @@ class RoundRunner:
             pipeline.attack = attack
             if isinstance(attack, Scale):  # gamma = K / eta_s by default
                 attack.cohort_size = sampler.clients_per_round if hierarchy is None else hierarchy.num_institutions
+        self.dp, self.stop_requested = dp, False
+        if dp is not None:  # before the checks below: its stages need every row, and it may set Poisson sampling
+            dp.setup(federation.num_clients, sampler.clients_per_round, federation.train_sizes, rounds)
+            dp.install(pipeline, type(self.aggregator).__name__, self.aggregator.init_args,
+                       [type(c).__name__ for c in self.callbacks], hierarchy=hierarchy is not None,
+                       system=_data_dependent_system(system), sampling=sampler.mode,
+                       own_weights=self.aggregator.dp_own_weights)
+            if dp.sampling == "poisson" and not dp.local:  # local DP claims no amplification: model.sampling stays
+                sampler.use_poisson(dp.q)
         if reduce and pipeline.needs_every_row:
             raise ConfigError("model.exchange: reduce exchanges partial sums, but model.aggregation or model.attack needs every"
                               " client's update (a transform, pre-aggregator, robust rule or row attack); use exchange: gather")
@@ -140,9 +171,14 @@ class RoundRunner:
         """
         started = time.perf_counter()
         self._diverged = 0
+        if self.dp is not None and self._budget_spent(round_idx):  # a resumed run past its budget
+            return None
         if self.hierarchy is None:
             trained = self._flat_round(round_idx, log)
             if trained is None:
+                if self.dp is not None:  # an empty DP round still releases w^t + noise, and counts
+                    self._aggregate(round_idx, None, log)
+                    self._account(round_idx, log)
                 return None
             update, traffic = trained
         else:
@@ -150,22 +186,41 @@ class RoundRunner:
         if self.on_client_divergence == "drop":
             log.log_scalars({"clients/diverged": float(self._diverged)})
         new_w = self._aggregate(round_idx, update, log)
+        if self.dp is not None:
+            self._account(round_idx, log)
         return RoundResult(round_idx, update, new_w, traffic, time.perf_counter() - started)
 
-    def _aggregate(self, round_idx: int, update: CohortUpdate, log: RoundLogger) -> Tensor:
+    def _budget_spent(self, round_idx: int) -> bool:
+        """Whether ``model.dp.on_budget: stop`` ends the run before round ``round_idx`` (said in one line)."""
+        message = self.dp.budget_message(round_idx)
+        if message is not None:
+            rank_zero_warn(message)
+            self.stop_requested = True
+        return message is not None
+
+    def _account(self, round_idx: int, log: RoundLogger) -> None:
+        self.dp.log_round(log)
+        self._budget_spent(round_idx + 1)
+
+    def _aggregate(self, round_idx: int, update: CohortUpdate | None, log: RoundLogger) -> Tensor:
+        """``w^{t+1}`` from ``update``, loaded into the model; ``None``: an empty DP round (``w^t`` plus the noise)."""
         layout = self.federation.layout
         state = self.model.state_dict()
         # Server-side math is fp32 whatever the training precision (docs/algorithms.md, Server arithmetic).
         with torch.autocast(self.federation.device.type, enabled=False), torch.no_grad():
             global_w = layout.flatten(state)
-            new_w = self.aggregator.aggregate(round_idx, global_w, update, self.federation, log)
+            if update is None:
+                new_w = self.aggregator.aggregate_empty(round_idx, global_w, self.federation, log)
+            else:
+                new_w = self.aggregator.aggregate(round_idx, global_w, update, self.federation, log)
             if not bool(torch.isfinite(new_w).all()):
+                clients = [] if update is None else update.client_ids.tolist()
                 raise DivergenceError(
                     f"round {round_idx + 1}: {type(self.aggregator).__name__} produced non-finite global weights from"
-                    f" clients {update.client_ids.tolist()}; stopping before the global model or any checkpoint"
-                    " is overwritten")
+                    f" clients {clients}; stopping before the global model or any checkpoint is overwritten")
             layout.load_into(new_w, state)
-            for name, value in update.int_state.items():
+            # Under model.dp integer buffers keep w^t's values: the first member's depend on its data.
+            for name, value in (update.int_state.items() if update is not None and self.dp is None else ()):
                 state[name].copy_(value)
         return new_w
 
@@ -237,6 +292,10 @@ class RoundRunner:
         num_steps = None
         if self.system is None:
             client_ids = self.sampler.sample(round_idx)
+            if len(client_ids) == 0:  # Poisson sampling (model.dp) drew nobody
+                log.log_text("clients/empty_round", f"round {round_idx + 1}: Poisson sampling drew no client; the"
+                             " global model moves by the DP noise alone")
+                return None
         else:
             self.fates = fates = self.system.fates(round_idx, self.sampler)
             self.system.elapsed_seconds += fates.round_seconds
@@ -245,7 +304,8 @@ class RoundRunner:
             if fates.empty:
                 log.log_text("clients/empty_round", f"round {round_idx + 1}: no client reported ({fates.num_available}"
                              f" online, {len(fates.sampled)} sampled, {len(fates.dropped)} dropped out,"
-                             f" {len(fates.stragglers)} stragglers); the global model is unchanged")
+                             f" {len(fates.stragglers)} stragglers); the global model "
+                             f"{'moves by the DP noise alone' if self.dp is not None else 'is unchanged'}")
                 return None
             client_ids, num_steps = fates.client_ids, fates.num_steps
         participation = self.store.upcoming_participation(client_ids)

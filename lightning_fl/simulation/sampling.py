@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from lightning_fl.faults.validation import ConfigError, check_choice, check_positive
-from lightning_fl.state.seeding import generator_for
+from lightning_fl.state.seeding import client_uniforms, generator_for
 
 SAMPLING_MODES = ("uniform", "by_samples", "all")
 
@@ -49,6 +49,16 @@ class ClientSampler:
         self.mode = mode
         self.seed = seed
         self.num_samples = None if num_samples is None else num_samples.double().cpu()
+        self.rate: float | None = None  # the inclusion probability q under Poisson sampling
+
+    def use_poisson(self, rate: float) -> None:
+        """Sample each client independently with probability ``rate`` from now on (``model.dp.sampling: poisson``).
+
+        Client ``k`` is in ``S_t`` when its uniform keyed ``(seed, "poisson", t, k)`` is below ``rate``: the
+        cohort size varies and may be 0, as the Poisson-subsampled Gaussian accountants assume
+        (docs/algorithms.md, Client-level differential privacy).
+        """
+        self.mode, self.rate = "poisson", float(rate)
 
     def sample(self, round_idx: int, candidates: Tensor | None = None, count: int | None = None) -> Tensor:
         """The sorted client ids of round ``round_idx`` (a CPU ``long`` tensor).
@@ -61,6 +71,9 @@ class ClientSampler:
                 there are no more than ``count`` of them. ``None``: ``K``.
         """
         n, k = self.num_clients, self.clients_per_round if count is None else count
+        if self.mode == "poisson":
+            ids = torch.arange(n) if candidates is None else candidates
+            return ids[client_uniforms(ids, self.seed, "poisson", round_idx) < self.rate].sort().values
         pool = n if candidates is None else len(candidates)
         if k >= pool:
             return torch.arange(n) if candidates is None else candidates.clone()
@@ -73,8 +86,9 @@ class ClientSampler:
         return (chosen if candidates is None else candidates[chosen]).sort().values
 
     def state_dict(self) -> dict[str, Any]:
-        return {"num_clients": self.num_clients, "clients_per_round": self.clients_per_round, "mode": self.mode,
-                "seed": self.seed}
+        state = {"num_clients": self.num_clients, "clients_per_round": self.clients_per_round, "mode": self.mode,
+                 "seed": self.seed}
+        return state if self.rate is None else {**state, "rate": self.rate}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Check that a checkpoint was written by a run with the same sampling configuration."""

@@ -225,7 +225,9 @@ class SystemHeterogeneity:
         compute = (steps / self.speeds[sampled]) if self.speeds is not None else torch.zeros(len(sampled))
         finish = self.transfer + compute.double()
         reports = ~dropped & (~straggler if self.stragglers == "drop" else torch.ones_like(straggler))
-        kept = first_finishers(finish, client_uniforms(sampled, seed, "finish-order", t), reports, k)
+        # Poisson sampling (model.dp) keeps every report: capping them at K would undo the sampling the accountant assumes.
+        cap = len(sampled) if sampler.mode == "poisson" else k
+        kept = first_finishers(finish, client_uniforms(sampled, seed, "finish-order", t), reports, cap)
         if kept.any():
             seconds = float(finish[kept].max())
         else:  # nobody to wait for: the server gives up at the deadline (or at once without one)

@@ -20,6 +20,7 @@ from lightning_fl import aggregation as ag
 from lightning_fl import callbacks as cb
 from lightning_fl.aggregation import attacks
 from lightning_fl.models import LogisticRegression
+from lightning_fl.privacy import AdaptiveClipping, DifferentialPrivacy
 from lightning_fl.simulation.hierarchy import Hierarchy
 from lightning_fl.simulation.loop import FederatedLoop
 from lightning_fl.simulation.system import SystemHeterogeneity
@@ -87,6 +88,9 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
         rule=ag.GeometricMedian())}),
     "SignFlip-CenteredClipping": ([cb.QFFL(q=1.0)], {"attack": attacks.SignFlip(0.25), "aggregation":
                                   ag.AggregationPipeline(rule=ag.CenteredClipping(tau=0.5))}),
+    # model.dp: Poisson cohorts, the clip with adaptive C_t, the noise drawn once after the gather
+    "DP-FedAvgM-adaptive": ([cb.FedAvgM()], {"dp": DifferentialPrivacy(
+        noise_multiplier=1.0, clip_norm=0.5, sampling_rate=0.5, adaptive=AdaptiveClipping(count_noise=2.0))}),
 }
 
 #: The pipeline cases run after training, on the gathered stack, so the engine does not change what they
