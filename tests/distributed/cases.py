@@ -25,7 +25,7 @@ from lightning_fl.simulation.hierarchy import Hierarchy
 from lightning_fl.simulation.loop import FederatedLoop
 from lightning_fl.simulation.system import SystemHeterogeneity
 
-ROUNDS = 3
+ROUNDS = 2
 SYSTEM = {"dropout": 0.3, "speed_mean": 3.0, "speed_sigma": 1.0, "deadline": 3.0, "stragglers": "partial",
           "over_selection": 0.5}
 
