@@ -66,12 +66,14 @@ def final_epoch_samples(num_samples: Tensor, num_steps: Tensor, batch_size: int)
 
 
 def epoch_permutation(seed: int, round_idx: int, client_id: int, epoch: int, num_samples: int,
-                      sub_round: int = 0) -> Tensor:
+                      sub_round: int = 0, stream: str = "train") -> Tensor:
     """The sample order of one client's local epoch; identical in every engine and on resume.
 
-    ``sub_round`` distinguishes the institution rounds inside one global iteration of the hierarchy.
+    ``sub_round`` distinguishes the institution rounds inside one global iteration of the hierarchy;
+    ``stream`` the passes of personalization (``personal``, ``eval_ft``) from the training pass.
     """
-    keys = (seed, "batches", round_idx, client_id, epoch) + ((sub_round,) if sub_round else ())
+    keys = ((seed, "batches", round_idx, client_id, epoch) + ((sub_round,) if sub_round else ())
+            + ((stream,) if stream != "train" else ()))
     return torch.randperm(num_samples, generator=generator_for(*keys))
 
 
@@ -103,7 +105,9 @@ class ClientEngine(ABC):
 
     def train_cohort(self, round_idx: int, client_ids: Tensor, participation: Tensor, hooks: ClientHookSet,
                      cohort_size: int | None = None, sub_round: int = 0, local_epochs: int | None = None,
-                     loss_before: Tensor | None = None, num_steps: Tensor | None = None) -> CohortUpdate:
+                     loss_before: Tensor | None = None, num_steps: Tensor | None = None,
+                     start_rows: Tensor | None = None, frozen: frozenset[str] = frozenset(),
+                     stream: str = "train") -> CohortUpdate:
         """Train ``client_ids`` from the current global model.
 
         Args:
@@ -120,12 +124,17 @@ class ClientEngine(ABC):
                 stragglers under ``model.system``); ``None``: ``tau_k`` for every client. A client
                 that stops early reports the samples it saw as ``n_k`` and statistics over the
                 steps of its last (possibly incomplete) epoch.
+            start_rows: ``(K, d)`` flat state each client starts from instead of ``w^t`` (personal
+                models; docs/algorithms.md, Personalization); integer buffers still come from ``w^t``.
+            frozen: Parameter names this pass never steps (their gradients are dropped before the step).
+            stream: Batch-order stream (``train``; ``personal`` and ``eval_ft`` draw other orders).
         """
         if local_epochs is not None and local_epochs != self.plan.local_epochs:
             saved, self.plan = self.plan, replace(self.plan, local_epochs=local_epochs)
             try:
                 return self.train_cohort(round_idx, client_ids, participation, hooks, cohort_size, sub_round,
-                                         loss_before=loss_before, num_steps=num_steps)
+                                         loss_before=loss_before, num_steps=num_steps, start_rows=start_rows,
+                                         frozen=frozen, stream=stream)
             finally:
                 self.plan = saved
         num_samples = self.data.train_sizes().cpu()[client_ids]
@@ -151,7 +160,7 @@ class ClientEngine(ABC):
         ctx = LocalTrainingContext(
             round_idx=round_idx, client_ids=client_ids, cohort_size=cohort_size or len(client_ids), num_steps=num_steps,
             global_params={n: p.detach() for n, p in self.model.named_parameters()}, lr=self.plan.lr,
-            sub_round=sub_round, layout=self.layout,
+            sub_round=sub_round, layout=self.layout, start_rows=start_rows, frozen=frozenset(frozen), stream=stream,
         )
         weights, int_state, train_acc, train_loss, extra = self._train(ctx, hooks)
         # After what each client actually did (a straggler's partial work too), on its full train split.

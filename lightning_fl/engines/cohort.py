@@ -37,6 +37,11 @@ class LocalTrainingContext:
             entry once it has taken its ``tau_k`` steps (it then keeps the client's parameters and
             optimizer state fixed, whatever a hook writes to its rows). ``None`` (sequential engine):
             every client in ``ctx`` is stepping.
+        start_rows: ``(C, d)`` flat state each client starts from (a personal model, or ``w^t`` with a
+            client's personal part in place); ``None``: every client starts from ``w^t``.
+        frozen: Parameter names no optimizer step may change in this pass (FedRep's head or body phase).
+        stream: The batch-order stream: ``train``, ``personal`` (a personal pass) or ``eval_ft``
+            (evaluation-time fine-tuning); streams other than ``train`` never repeat its batches.
     """
 
     round_idx: int
@@ -50,6 +55,9 @@ class LocalTrainingContext:
     sub_round: int = 0
     layout: FlatStateLayout | None = None
     active: Tensor | None = None
+    start_rows: Tensor | None = None
+    frozen: frozenset[str] = frozenset()
+    stream: str = "train"
 
     @property
     def num_clients(self) -> int:

@@ -57,7 +57,7 @@ class ChunkSchedule:
 
 def build_schedule(*, seed: int, round_idx: int, sub_round: int, client_ids: Sequence[int],
                    sizes: Sequence[int], offsets: Sequence[int], local_epochs: int, batch_size: int,
-                   device: torch.device, num_steps: Sequence[int] | None = None) -> ChunkSchedule:
+                   device: torch.device, num_steps: Sequence[int] | None = None, stream: str = "train") -> ChunkSchedule:
     """Lay out the batches of ``client_ids`` (sorted by decreasing ``tau_k``) for one round.
 
     Args:
@@ -73,6 +73,7 @@ def build_schedule(*, seed: int, round_idx: int, sub_round: int, client_ids: Seq
         num_steps: Each client's local steps when fewer than ``E ceil(n_k / B)`` (a straggler's
             partial work); ``None``: all of them. Final-epoch statistics then cover the steps of the
             last epoch a client reaches, complete or not.
+        stream: The batch-order stream (:func:`~lightning_fl.engines.base.epoch_permutation`).
     """
     B, E, C = batch_size, local_epochs, len(client_ids)
     # numpy for the table arithmetic: these arrays are small and torch's per-op cost (a few us)
@@ -85,7 +86,7 @@ def build_schedule(*, seed: int, round_idx: int, sub_round: int, client_ids: Seq
     T = int(taus[0])
     epochs = -(-taus // per_epoch)  # epochs each client starts (the last one may be cut short)
     # Sample p of client j's epoch e goes to step e * spe_j + p // B, slot p % B (one scatter for all).
-    orders = torch.cat([epoch_permutation(seed, round_idx, client, e, size, sub_round)
+    orders = torch.cat([epoch_permutation(seed, round_idx, client, e, size, sub_round, stream)
                         for client, size, count in zip(client_ids, sizes, epochs.tolist()) for e in range(count)]).numpy()
     block_len = np.repeat(n, epochs)  # block (j, e) holds n_j samples
     block_client = np.repeat(np.arange(C), epochs)

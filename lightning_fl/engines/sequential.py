@@ -53,14 +53,17 @@ class SequentialEngine(ClientEngine):
             one = LocalTrainingContext(
                 round_idx=ctx.round_idx, client_ids=ctx.client_ids[i : i + 1], cohort_size=ctx.cohort_size,
                 num_steps=ctx.num_steps[i : i + 1], global_params=ctx.global_params, lr=ctx.lr,
-                sub_round=ctx.sub_round, layout=ctx.layout,
+                sub_round=ctx.sub_round, layout=ctx.layout, frozen=ctx.frozen, stream=ctx.stream,
             )
             with torch.no_grad():
                 for name, value in global_state.items():
                     self._work_state[name].copy_(value)
+                if ctx.start_rows is not None:  # a personal model (integer buffers stay w^t's)
+                    self.layout.load_into(ctx.start_rows[i], self._work_state)
             # Dropout and other draws of torch's global generator: a function of (seed, round, client),
             # so a client trains the same whichever process or position in the cohort it has.
-            torch.manual_seed(derive_seed(self.plan.seed, "client-torch", ctx.round_idx, ctx.sub_round, client_id))
+            torch.manual_seed(derive_seed(self.plan.seed, "client-torch", ctx.round_idx, ctx.sub_round, client_id,
+                                          *((ctx.stream,) if ctx.stream != "train" else ())))
             train_acc[i], train_loss[i], extra = self._train_client(one, client_id, hooks)
             extras.append(extra)
             self.layout.flatten(self._work_state, out=weights[i])
@@ -79,7 +82,7 @@ class SequentialEngine(ClientEngine):
         if saved is not None:
             load_state(optimizer, saved, plan.lr)
         local_step = LocalStep(hooks, optimizer, self._make_scaler(), self.plan.step_lr)
-        target = _WorkingModule(self.work, self._named)
+        target = _WorkingModule(self.work, self._named, ctx.frozen)
         hooks.on_local_train_start(ctx)
         correct = torch.zeros((), device=y_all.device)
         loss_sum = torch.zeros((), device=y_all.device)
@@ -89,7 +92,8 @@ class SequentialEngine(ClientEngine):
         seen_in_last = 0
         step_idx = 0
         for epoch in range(last_epoch + 1):
-            order = epoch_permutation(plan.seed, ctx.round_idx, client_id, epoch, num_samples, ctx.sub_round)
+            order = epoch_permutation(plan.seed, ctx.round_idx, client_id, epoch, num_samples, ctx.sub_round,
+                                      ctx.stream)
             order = order.to(y_all.device)
             final_epoch = epoch == last_epoch
             for start in range(0, num_samples, plan.batch_size):
@@ -112,9 +116,11 @@ class SequentialEngine(ClientEngine):
 class _WorkingModule(StepTarget):
     """One client's local step on the reused working module; hooks see ``(1, *shape)`` views."""
 
-    def __init__(self, work: ClientModule, named: list[tuple[str, torch.nn.Parameter]]) -> None:
+    def __init__(self, work: ClientModule, named: list[tuple[str, torch.nn.Parameter]],
+                 frozen: frozenset[str] = frozenset()) -> None:
         self.work, self.named = work, named
         self.params = [p for _, p in named]
+        self.frozen = [p for n, p in named if n in frozen]
         self.x: Tensor | None = None
         self.y: Tensor | None = None
         self.loss: Tensor | None = None
@@ -134,6 +140,8 @@ class _WorkingModule(StepTarget):
         for p in self.params:  # zero_grad(set_to_none=True) without its profiler range
             p.grad = None
         (scaler.scale(total) if scaler else total).backward()
+        for p in self.frozen:  # no gradient: the optimizer skips them (no weight decay, no momentum)
+            p.grad = None
         return logits
 
     @override

@@ -119,7 +119,8 @@ class VectorizedEngine(ClientEngine):
         for positions, saved in self._chunks(ctx):
             full, acc, loss, extra = self._train_chunk(ctx, positions, saved, hooks)
             index = torch.tensor(positions)
-            self._write_rows(weights, index.to(device), full)
+            start = None if ctx.start_rows is None else ctx.start_rows[index.to(ctx.start_rows.device)]
+            self._write_rows(weights, index.to(device), full, start)
             del full  # the chunk's parameters: freed before the next chunk trains
             train_acc[index], train_loss[index] = acc, loss
             extra_parts.append((index, extra))
@@ -170,20 +171,25 @@ class VectorizedEngine(ClientEngine):
         chunk = LocalTrainingContext(
             round_idx=ctx.round_idx, client_ids=ids, cohort_size=ctx.cohort_size, num_steps=ctx.num_steps[index],
             global_params=ctx.global_params, lr=ctx.lr, sub_round=ctx.sub_round, layout=ctx.layout,
-            active=torch.ones(num, dtype=torch.bool, device=device),
+            active=torch.ones(num, dtype=torch.bool, device=device), frozen=ctx.frozen, stream=ctx.stream,
+            start_rows=None if ctx.start_rows is None else ctx.start_rows[index.to(ctx.start_rows.device)],
         )
         id_list = ids.tolist()
         schedule = build_schedule(seed=plan.seed, round_idx=ctx.round_idx, sub_round=ctx.sub_round, client_ids=id_list,
                                   sizes=sizes, offsets=[self._offsets[k] for k in id_list],
                                   local_epochs=plan.local_epochs, batch_size=plan.batch_size, device=device,
-                                  num_steps=ctx.num_steps[index].tolist())
+                                  num_steps=ctx.num_steps[index].tolist(), stream=ctx.stream)
         fused = isinstance(self.forward, FusedLinearChain)
         batches = StagedBatches(schedule, self.data.x_train, self.data.y_train,
                                 self.model.num_classes if fused else None)
         stats = FinalEpochStats(schedule, batches)
-        # Every client starts from w^t; `full` holds all C rows, the optimizer sees the active prefix.
-        full = {n: p.detach().unsqueeze(0).repeat(num, *[1] * p.dim()) for n, p in self.model.named_parameters()}
-        leaves = [full[n].detach().requires_grad_(trainable) for n, trainable in self._named]
+        # Every client starts from w^t (or its start row); `full` holds all C rows, the optimizer sees the active prefix.
+        if chunk.start_rows is None:
+            full = {n: p.detach().unsqueeze(0).repeat(num, *[1] * p.dim()) for n, p in self.model.named_parameters()}
+        else:
+            start = self.layout.unflatten(chunk.start_rows)
+            full = {n: start[n].to(p.dtype).clone() for n, p in self.model.named_parameters()}
+        leaves = [full[n].detach().requires_grad_(trainable and n not in ctx.frozen) for n, trainable in self._named]
         optimizer = plan.optimizer_factory(leaves)
         if saved is not None:
             load_state(optimizer, stack_states(saved, [p.shape for p in self.model.parameters()]), plan.lr)
@@ -228,12 +234,17 @@ class VectorizedEngine(ClientEngine):
         # A custom ClientModule.loss is assumed to be a mean of per-sample terms (as the default).
         return vmap(lambda out, target: self.model.loss(out.unsqueeze(0), target.unsqueeze(0)))(logits, y).float()
 
-    def _write_rows(self, weights: Tensor, rows: Tensor, full: dict[str, Tensor]) -> None:
+    def _write_rows(self, weights: Tensor, rows: Tensor, full: dict[str, Tensor], start: Tensor | None) -> None:
         """Copy a chunk's parameters into ``weights[rows]`` entry by entry (no ``(C, d)`` temporary);
-        float buffers (never trained here) keep the global value."""
-        state = self.model.state_dict() if self._constant else {}
+        float buffers (never trained here) keep their start value: ``w^t``'s, or each client's start row."""
+        state = self.model.state_dict() if self._constant and start is None else {}
         for entry in self.layout.float_entries:
-            source = full[entry.name] if entry.name in full else state[entry.name].unsqueeze(0)
+            if entry.name in full:
+                source = full[entry.name]
+            elif start is not None:
+                source = start[:, entry.start : entry.stop]
+            else:
+                source = state[entry.name].unsqueeze(0)
             weights[rows, entry.start : entry.stop] = source.reshape(source.shape[0], -1).to(weights.dtype)
 
 

@@ -27,6 +27,16 @@ class ClientModule(LightningModule):
         self.num_classes = num_classes
         self.input_shape = tuple(input_shape)
 
+    @property
+    def head_prefixes(self) -> tuple[str, ...]:
+        """Name prefixes of the model's head, the part personalization keeps per client (FedPer, FedRep).
+
+        Default: the last ``nn.Linear`` layer (the classifier). Override to declare another split;
+        the body is every other entry (docs/algorithms.md, Personalization).
+        """
+        last = [name for name, module in self.named_modules() if isinstance(module, torch.nn.Linear)]
+        return (f"{last[-1]}.",) if last else ()
+
     def loss(self, logits: Tensor, target: Tensor) -> Tensor:
         """Mean cross-entropy; override for other objectives (computed in fp32 under autocast)."""
         return F.cross_entropy(logits.float(), target)

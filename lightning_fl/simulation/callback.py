@@ -10,6 +10,7 @@ callback never reads or writes the loop; what it decides for later rounds it ret
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -124,6 +125,18 @@ class AggregationCallback(FederatedCallback):
                                   " with server_momentum 0), or remove it")
             self.server_optimizer = pipeline.server_optimizer
         self.pipeline = pipeline
+
+    def train_round(self, train: Callable[..., CohortUpdate], round_idx: int, client_ids: Tensor,
+                    participation: Tensor, federation: Federation) -> CohortUpdate:
+        """The cohort's local training of round ``round_idx``; the update :meth:`aggregate` receives.
+
+        ``train(client_ids, participation, **pass_options)`` runs one pass of local training over the
+        run's engine and processes; personalization methods call it more than once (a personal pass,
+        FedRep's head and body phases) with ``hooks``, ``start_rows``, ``frozen``, ``local_epochs`` and
+        ``stream`` (:meth:`~lightning_fl.engines.base.ClientEngine.train_cohort`). Default: one pass of
+        the run's client hooks from ``w^t``.
+        """
+        return train(client_ids, participation)
 
     def combination(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
                     log: RoundLogger) -> Combination:

@@ -100,6 +100,8 @@ class Federation:
         clients_per_round: ``K``, the configured cohort size.
         global_model: Read access to the global model and the data for callbacks that evaluate it
             (:class:`~lightning_fl.engines.evaluation.GlobalModelView`); ``None`` outside a run.
+        head_prefixes: Name prefixes of the model's head (``ClientModule.head_prefixes``, personalization).
+        batchnorm_entries: State entries of the model's BatchNorm layers (FedBN's personal part).
     """
 
     num_clients: int
@@ -116,6 +118,8 @@ class Federation:
     batch_size: int = 10
     clients_per_round: int = 10
     global_model: GlobalModelView | None = None
+    head_prefixes: tuple[str, ...] = ()
+    batchnorm_entries: frozenset[str] = frozenset()
 
     def trainable_mask(self) -> Tensor:
         """``(d,)`` bool on :attr:`device`: the flat entries of trainable parameters."""

@@ -18,7 +18,6 @@ from typing_extensions import override
 from lightning_fl.aggregation.attacks import Attack
 from lightning_fl.aggregation.pipeline import AggregationPipeline
 from lightning_fl.engines import (
-    ENGINE_CHOICES,
     ClientEngine,
     LocalTrainingPlan,
     build_engine,
@@ -46,25 +45,26 @@ from lightning_fl.simulation.run_checks import (
     check_engine,
     check_finite_inputs,
     check_hierarchy_options,
+    check_loop_arguments,
+    CLIENT_STATE_STORES,
+    DIVERGENCE_POLICIES,
+    EXCHANGES,
     check_setup,
     check_without_validation,
     cohort_sharding,
     probe_optimizer,
     set_cpu_threads,
 )
-from lightning_fl.simulation.sampling import SAMPLING_MODES, ClientSampler
+from lightning_fl.simulation.sampling import ClientSampler
 from lightning_fl.simulation.system import SystemHeterogeneity
 from lightning_fl.state.client_rows import DiskRows, RowStore
 from lightning_fl.state.client_state import ClientStateStore
 from lightning_fl.state.client_table import ClientTable
 from lightning_fl.state.flat_state import FlatStateLayout
 from lightning_fl.state.seeding import derive_seed
+from lightning_fl.personalization.personal_part import batchnorm_entries
 from lightning_fl.reporting.run_directory import run_directory
 
-#: Allowed values of ``client_state``, ``exchange`` and ``on_client_divergence``.
-CLIENT_STATE_STORES = ("memory", "disk")
-EXCHANGES = ("gather", "reduce")
-DIVERGENCE_POLICIES = ("stop", "drop")
 
 
 class FederatedLoop(EvaluationHooks, CheckpointHooks):
@@ -180,17 +180,10 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         dp: DifferentialPrivacy | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(client, ClientModule):
-            raise ConfigError(f"client must be a lightning_fl.models.ClientModule; got {type(client).__name__}")
-        check_positive("clients_per_round", clients_per_round, integer=True)
-        check_positive("local_epochs", local_epochs, integer=True)
-        check_positive("batch_size", batch_size, integer=True)
-        check_positive("eval_batch_size", eval_batch_size, integer=True)
-        check_choice("sampling", sampling, SAMPLING_MODES)
-        check_choice("engine", engine, ENGINE_CHOICES)
-        check_choice("client_state", client_state, CLIENT_STATE_STORES)
-        if max_parallel_clients is not None:
-            check_positive("max_parallel_clients", max_parallel_clients, integer=True)
+        check_loop_arguments(client, clients_per_round=clients_per_round, local_epochs=local_epochs,
+                             batch_size=batch_size, eval_batch_size=eval_batch_size, sampling=sampling, engine=engine,
+                             client_state=client_state, max_parallel_clients=max_parallel_clients,
+                             cpu_threads=cpu_threads)
         self.client_lr, self.client_momentum = probe_optimizer(optimizer)
         self.automatic_optimization = False
         # An empty parameter whose no-op optimizer step marks each round as one `global_step`, so
@@ -208,8 +201,6 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         self.hierarchy = hierarchy
         self.keep_client_optimizer_state = keep_client_optimizer_state
         self.eval_batch_size = eval_batch_size
-        if cpu_threads is not None:
-            check_positive("cpu_threads", cpu_threads, integer=True)
         self.cpu_threads = cpu_threads
         self.client_state = client_state
         check_positive("collective_timeout", collective_timeout)
@@ -302,6 +293,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             aggregation=type(aggregator).__name__, device=self.trainer.strategy.root_device, seed=self.seed,
             batch_size=self.batch_size, clients_per_round=self.clients_per_round,
             global_model=GlobalModelView(self.model, self.data, self.layout, self.eval_batch_size, self.sharding),
+            head_prefixes=tuple(self.model.head_prefixes), batchnorm_entries=batchnorm_entries(self.model),
         )
         self.federated_callbacks = callbacks
         self.rounds = RoundRunner(self.model, self.engine, self.sampler, self.store, self.hierarchy, self.federation,

@@ -226,14 +226,20 @@ class RoundRunner:
 
     def _train(self, round_idx: int, client_ids: Tensor, participation: Tensor, log: RoundLogger, *,
                sub_round: int = 0, local_epochs: int | None = None, num_steps: Tensor | None = None,
-               where: str = "") -> tuple[CohortUpdate, float]:
-        """Train ``client_ids``; drop or stop on diverged clients; keep the survivors' optimizer states."""
+               where: str = "", **passes) -> tuple[CohortUpdate, float]:
+        """Train ``client_ids``; drop or stop on diverged clients; keep the survivors' optimizer states.
+
+        ``passes`` (``hooks``, ``start_rows``, ``frozen``, ``stream``) describe a personalization pass
+        (:meth:`~lightning_fl.simulation.callback.AggregationCallback.train_round`); by default the run's hooks.
+        """
         started = time.perf_counter()
+        passes.setdefault("hooks", self.hooks)
         if self.sharding.active:
-            update = self._train_shard(round_idx, client_ids, participation, sub_round, local_epochs, num_steps)
+            update = self._train_shard(round_idx, client_ids, participation, sub_round, local_epochs, num_steps,
+                                       **passes)
         else:
-            update = self.engine.train_cohort(round_idx, client_ids, participation, self.hooks, sub_round=sub_round,
-                                              local_epochs=local_epochs, num_steps=num_steps)
+            update = self.engine.train_cohort(round_idx, client_ids, participation, sub_round=sub_round,
+                                              local_epochs=local_epochs, num_steps=num_steps, **passes)
         elapsed = time.perf_counter() - started
         update = self._without_diverged(round_idx, update, log, where)
         self.store.commit(update.client_ids)
@@ -264,7 +270,8 @@ class RoundRunner:
         return update.select(~torch.isin(update.client_ids, torch.tensor([k for k, _ in bad])))
 
     def _train_shard(self, round_idx: int, client_ids: Tensor, participation: Tensor, sub_round: int,
-                     local_epochs: int | None, num_steps: Tensor | None) -> CohortUpdate:
+                     local_epochs: int | None, num_steps: Tensor | None, hooks: ClientHookSet,
+                     start_rows: Tensor | None = None, **passes) -> CohortUpdate:
         """This rank trains its share of ``client_ids``; every rank gets the whole cohort's update back."""
         plan = self.engine.plan
         if num_steps is None:
@@ -276,11 +283,13 @@ class RoundRunner:
         shards = self.sharding.assign(num_steps)
         mine = torch.tensor(shards[self.sharding.rank], dtype=torch.long)
         loss_before = None
-        if self.hooks.requires_loss_before:  # measured on the whole cohort, exactly as one process does
+        if hooks.requires_loss_before:  # measured on the whole cohort, exactly as one process does
             loss_before = client_train_losses(self.model, self.engine.data, client_ids)[mine]
-        local = self.engine.train_cohort(round_idx, client_ids[mine], participation[mine], self.hooks,
+        local = self.engine.train_cohort(round_idx, client_ids[mine], participation[mine], hooks,
                                          cohort_size=len(client_ids), sub_round=sub_round, local_epochs=local_epochs,
-                                         loss_before=loss_before, num_steps=None if budget is None else budget[mine])
+                                         loss_before=loss_before, num_steps=None if budget is None else budget[mine],
+                                         start_rows=None if start_rows is None else start_rows[mine.to(start_rows.device)],
+                                         **passes)
         kept = self.store.keep_optimizer_state
         return self.sharding.gather(
             local, shards, client_ids, what=f"round {round_idx + 1}", reduce=self.reduce and self.hierarchy is None,
@@ -310,7 +319,15 @@ class RoundRunner:
             client_ids, num_steps = fates.client_ids, fates.num_steps
         participation = self.store.upcoming_participation(client_ids)
         self._round_start(round_idx, client_ids, log)
-        update, compute = self._train(round_idx, client_ids, participation, log, num_steps=num_steps)
+        seconds = [0.0]
+
+        def train(ids: Tensor, counts: Tensor, **kwargs) -> CohortUpdate:  # one pass; a method may run several
+            update, elapsed = self._train(round_idx, ids, counts, log, **{"num_steps": num_steps, **kwargs})
+            seconds[0] += elapsed
+            return update
+
+        update = self.aggregator.train_round(train, round_idx, client_ids, participation, self.federation)
+        compute = seconds[0]
         self.store.record_participation(update.client_ids, round_idx)  # f_k counts completed participations
         traffic = RoundTraffic(self.federation.layout.numel * 4, {"client": len(update.client_ids)}, [[compute]],
                                {"client": self._vectors()})

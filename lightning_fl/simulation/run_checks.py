@@ -21,8 +21,11 @@ from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
-from lightning_fl.faults.validation import ConfigError
+from lightning_fl.engines import ENGINE_CHOICES
+from lightning_fl.faults.validation import ConfigError, check_choice, check_positive
+from lightning_fl.models.base import ClientModule
 from lightning_fl.simulation.distributed import CohortSharding
+from lightning_fl.simulation.sampling import SAMPLING_MODES
 
 #: The largest seed numpy (and so ``seed_everything``) accepts.
 SEED_MAX = 2 ** 32 - 1
@@ -41,6 +44,11 @@ SYSTEM_SCALARS = ("clients/available", "clients/sampled", "clients/kept", "clien
                   "clients/over_selected", "clients/partial_steps", "sim/round_seconds", "sim/elapsed_seconds")
 #: Modules whose callbacks declare what they log (``FederatedCallback.logged_scalars``) or log nothing.
 _KNOWN_MODULES = ("lightning_fl.", "pytorch_lightning.", "lightning.")
+
+#: Allowed values of ``client_state``, ``exchange`` and ``on_client_divergence``.
+CLIENT_STATE_STORES = ("memory", "disk")
+EXCHANGES = ("gather", "reduce")
+DIVERGENCE_POLICIES = ("stop", "drop")
 
 
 def check_seed(seed: Any) -> None:
@@ -291,3 +299,21 @@ def set_cpu_threads(device: torch.device, model: torch.nn.Module, cpu_threads: i
     if threads is not None and threads != torch.get_num_threads():
         torch.set_num_threads(threads)
         rank_zero_info(f"torch intra-op threads: {threads} (model.cpu_threads)")
+
+
+def check_loop_arguments(client: object, *, clients_per_round: int, local_epochs: int, batch_size: int,
+                         eval_batch_size: int, sampling: str, engine: str, client_state: str,
+                         max_parallel_clients: int | None, cpu_threads: int | None = None) -> None:
+    """The :class:`~lightning_fl.simulation.loop.FederatedLoop` arguments checkable before set-up (one-line errors)."""
+    if not isinstance(client, ClientModule):
+        raise ConfigError(f"client must be a lightning_fl.models.ClientModule; got {type(client).__name__}")
+    check_positive("clients_per_round", clients_per_round, integer=True)
+    check_positive("local_epochs", local_epochs, integer=True)
+    check_positive("batch_size", batch_size, integer=True)
+    check_positive("eval_batch_size", eval_batch_size, integer=True)
+    check_choice("sampling", sampling, SAMPLING_MODES)
+    check_choice("engine", engine, ENGINE_CHOICES)
+    check_choice("client_state", client_state, CLIENT_STATE_STORES)
+    for name, value in (("max_parallel_clients", max_parallel_clients), ("cpu_threads", cpu_threads)):
+        if value is not None:
+            check_positive(name, value, integer=True)
