@@ -65,7 +65,7 @@ def test_user_modules_named_callbacks_or_datamodules_do_not_break_the_cli(tmp_pa
 #: the experiments run with it and the apps on top. The algorithms (callbacks) and the data sets
 #: (datamodules) import the core up to the simulation and never each other; only the apps import them.
 BASE = {"faults", "state", "functional"}
-PARTS = BASE | {"models", "engines", "reporting", "aggregation", "privacy"}
+PARTS = BASE | {"models", "engines", "reporting", "aggregation", "privacy", "personalization"}
 SIMULATION = PARTS | {"simulation"}
 ALLOWED: dict[str, set[str]] = {
     "faults": set(),                                             # errors, failed writes, checkpoints
@@ -76,6 +76,7 @@ ALLOWED: dict[str, set[str]] = {
     "reporting": BASE,                                           # the round logger, figures, tables
     "aggregation": BASE | {"models", "engines", "reporting"},    # the aggregation pipeline's stages
     "privacy": BASE | {"models", "engines", "reporting", "aggregation"},  # client-level DP: stages, accounting
+    "personalization": BASE,                                     # the declared evaluation protocol (model.eval)
     "simulation": PARTS,                                         # the loop, rounds, federation, ...
     "experiments": SIMULATION,                                   # configs x seeds in processes
     "reproduce": SIMULATION | {"experiments"},                   # the seed papers' experiments
