@@ -24,7 +24,7 @@ class FedBN(PersonalizedAggregation):
           callbacks:
             - class_path: lightning_fl.callbacks.FedBN
         model:
-          client: {class_path: lightning_fl.models.CNN, init_args: {batch_norm: true}}
+          client: {class_path: lightning_fl.models.MLP, init_args: {batch_norm: true}}
           eval: {model: personal}
     """
 

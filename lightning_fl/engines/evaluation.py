@@ -127,6 +127,34 @@ def trained_accuracies(model: ClientModule, layout: FlatStateLayout, rows: Tenso
     return accuracy
 
 
+@torch.no_grad()
+def evaluate_rows(model: ClientModule, layout: FlatStateLayout, rows: Tensor, splits: list[tuple[Tensor, Tensor]],
+                  batch_size: int = 4096) -> tuple[Tensor, Tensor, Tensor]:
+    """``(correct, total, loss_sum)``, ``(K,)`` float64 on the CPU, of row ``k`` on split ``k`` (personal models).
+
+    Like :func:`trained_accuracies`: each row replaces the model's floating-point state through
+    ``functional_call``, in eval mode and fp32, one client at a time, so a client's result depends only
+    on its row and data (any chunking, engine or process gives the same numbers).
+    """
+    correct = torch.zeros(len(splits), dtype=torch.float64)
+    total, loss_sum = torch.zeros_like(correct), torch.zeros_like(correct)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.autocast(rows.device.type, enabled=False):
+            for i, (x, y) in enumerate(splits):
+                state = layout.unflatten(rows[i])
+                for start in range(0, len(y), batch_size):
+                    yb = y[start : start + batch_size]
+                    logits = functional_call(model, state, (x[start : start + batch_size],)).float()
+                    correct[i] += float((logits.argmax(-1) == yb).sum())
+                    loss_sum[i] += float(torch.nn.functional.cross_entropy(logits, yb, reduction="sum"))
+                total[i] = len(y)
+    finally:
+        model.train(was_training)
+    return correct, total, loss_sum
+
+
 @dataclass
 class ClientEvaluation:
     """The global model evaluated on every client's validation or test split.

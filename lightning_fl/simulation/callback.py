@@ -94,6 +94,8 @@ class AggregationCallback(FederatedCallback):
             Communication accounting).
         vectors_up: Model-sized vectors each cohort member sends per round (1: its weights; SCAFFOLD 2:
             ``y_k`` and ``c_k+ - c_k``).
+        personal_model: Whether the method keeps a personal model per client (``model.eval.model: personal``).
+        has_global_model: Whether ``w^t`` alone is a model to evaluate (not for FedRep, FedPer, FedBN, Local).
         dp_own_weights: Whether :meth:`combination` supplies DP-safe weights ``Combination.own_weights``
             (``dp_safe: true`` of FedFa, q-FFL, DWFed), which ``model.dp`` sums over ``qN``.
     """
@@ -105,6 +107,8 @@ class AggregationCallback(FederatedCallback):
     vectors_down: int = 1
     vectors_up: int = 1
     dp_own_weights: bool = False
+    personal_model: bool = False
+    has_global_model: bool = True
 
     def __init__(self) -> None:
         super().__init__()

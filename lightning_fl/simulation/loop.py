@@ -63,6 +63,8 @@ from lightning_fl.state.client_table import ClientTable
 from lightning_fl.state.flat_state import FlatStateLayout
 from lightning_fl.state.seeding import derive_seed
 from lightning_fl.personalization.personal_part import batchnorm_entries
+from lightning_fl.personalization.protocol import EvalProtocol
+from lightning_fl.simulation.protocol_evaluation import ProtocolEvaluation
 from lightning_fl.reporting.run_directory import run_directory
 
 
@@ -137,6 +139,8 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             (docs/algorithms.md, Attacks (Byzantine clients)). ``None`` (default): no attack.
         dp: Client-level differential privacy (:class:`~lightning_fl.privacy.DifferentialPrivacy`), central or
             local, with ``dp/epsilon`` logged every round (docs/algorithms.md, Client-level differential privacy).
+        eval: The declared evaluation protocol (:class:`~lightning_fl.personalization.EvalProtocol`, docs/personalization.md);
+            ``None``: the global model on every client.
         cpu_threads: Intra-op threads for torch on CPU. ``None`` (auto) uses 1 thread for models under
             one million parameters: their per-step kernels are microseconds long, and a second thread
             makes each step wait on a barrier (10x slower when the machine is busy with other runs).
@@ -178,6 +182,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         lr_scheduler: LRSchedulerCallable | None = None,
         lr_scheduler_interval: str = "round",
         dp: DifferentialPrivacy | None = None,
+        eval: EvalProtocol | None = None,  # noqa: A002 (the config's name: model.eval)
     ) -> None:
         super().__init__()
         check_loop_arguments(client, clients_per_round=clients_per_round, local_epochs=local_epochs,
@@ -216,6 +221,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         self.resume_despite_changes = resume_despite_changes
         self.aggregation = aggregation if aggregation is not None else AggregationPipeline()
         self.attack, self.dp = attack, dp
+        self.eval_protocol = eval if eval is not None else EvalProtocol()
         self.lr_scheduler, self.lr_scheduler_interval = lr_scheduler, lr_scheduler_interval
         self.lr_schedule: ClientLrSchedule | None = None
         self.honest_clients: Tensor | None = None  # (N,) bool with an attack: whose metrics are the headline
@@ -225,6 +231,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         self.run_outputs = RunOutputs()  # replaced in setup, once the run directory is known
         self.last_evaluation: ClientEvaluation | None = None
         self._pending_evaluations: list[ClientEvaluation] = []
+        self._pending_scalars: dict[str, float] = {}
         self._evaluated_round = -1  # the last round whose model was evaluated in this fit
 
     # ------------------------------------------------------------------ set-up
@@ -301,6 +308,10 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
                                   on_client_divergence=self.on_client_divergence, pipeline=self.aggregation,
                                   attack=self.attack, dp=self.dp, rounds=self.trainer.max_epochs)
         self.rounds.setup_callbacks(training=stage == "fit", make_rows=self._row_store_factory())
+        self.protocol_evaluation = ProtocolEvaluation.for_run(
+            self.eval_protocol, self.seed, self.sampler, model=self.model, data=self.data, layout=self.layout,
+            engine=self.engine, store=self.store, aggregator=aggregator, batch_size=self.eval_batch_size,
+            sharding=self.sharding)
 
     def _client_state_dir(self) -> Path | None:
         if self.client_state == "memory":
@@ -311,9 +322,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
 
     def _row_store_factory(self) -> Callable[[ClientTable], RowStore] | None:
         directory = self._client_state_dir()
-        if directory is None:
-            return None
-        return lambda table: DiskRows(directory, table.name, table.shape, table.dtype, self.run_dir)
+        return None if directory is None else (lambda t: DiskRows(directory, t.name, t.shape, t.dtype, self.run_dir))
 
     @override
     def on_fit_start(self) -> None:

@@ -70,8 +70,14 @@ class EvaluationHooks(LightningModule):
 
     def _evaluate(self, *stages: str) -> None:
         """Evaluate the global model on every client's ``stages`` splits (``"val"``, ``"test"``)."""
-        self._pending_evaluations = []
+        self._pending_evaluations, self._pending_scalars = [], {}
         for stage in stages:
+            if not self.protocol_evaluation.is_default:  # model.eval: personal models, client sets, unseen clients
+                evaluations, scalars = self.protocol_evaluation.evaluate(stage, self.rounds_completed,
+                                                                         self.honest_clients)
+                self._pending_evaluations += evaluations
+                self._pending_scalars.update(scalars)
+                continue
             x, y, offsets = self.data.split(stage)
             correct, total, loss_sum = evaluate_segments(self.model, x, y, offsets, self.eval_batch_size,
                                                          self.sharding)
@@ -90,8 +96,11 @@ class EvaluationHooks(LightningModule):
                               scalars_through_monitor=standalone)
             log.log_scalars({f"{evaluation.stage}/loss": evaluation.pooled_loss})
             self.rounds.evaluated(self.rounds_completed - 1, evaluation, log)
-            self.last_evaluation = evaluation
-        self._pending_evaluations = []
+            if "/" not in evaluation.stage:  # not the unseen clients' side evaluation
+                self.last_evaluation = evaluation
+        if self._pending_scalars:  # the participation gap (model.eval.unseen_fraction)
+            log.log_scalars(self._pending_scalars)
+        self._pending_evaluations, self._pending_scalars = [], {}
         if self.trainer.state.fn == TrainerFn.FITTING:
             self._evaluated_round = self.rounds_completed
 

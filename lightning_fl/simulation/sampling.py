@@ -50,6 +50,16 @@ class ClientSampler:
         self.seed = seed
         self.num_samples = None if num_samples is None else num_samples.double().cpu()
         self.rate: float | None = None  # the inclusion probability q under Poisson sampling
+        self.allowed: Tensor | None = None  # sorted ids that may train (model.eval.unseen_fraction holds the rest out)
+
+    def hold_out(self, client_ids: Tensor) -> None:
+        """Never sample ``client_ids`` (the unseen clients of ``model.eval``); cohorts come from the rest."""
+        keep = torch.ones(self.num_clients, dtype=torch.bool)
+        keep[client_ids.long()] = False
+        self.allowed = keep.nonzero().flatten()
+        if self.mode != "all" and self.clients_per_round > len(self.allowed):
+            raise ConfigError(f"clients_per_round must be at most {len(self.allowed)} (the clients left after"
+                              f" model.eval.unseen_fraction holds {len(client_ids)} out); got {self.clients_per_round}")
 
     def use_poisson(self, rate: float) -> None:
         """Sample each client independently with probability ``rate`` from now on (``model.dp.sampling: poisson``).
@@ -71,6 +81,8 @@ class ClientSampler:
                 there are no more than ``count`` of them. ``None``: ``K``.
         """
         n, k = self.num_clients, self.clients_per_round if count is None else count
+        if self.allowed is not None:
+            candidates = self.allowed if candidates is None else candidates[torch.isin(candidates, self.allowed)]
         if self.mode == "poisson":
             ids = torch.arange(n) if candidates is None else candidates
             return ids[client_uniforms(ids, self.seed, "poisson", round_idx) < self.rate].sort().values

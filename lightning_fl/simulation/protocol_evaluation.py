@@ -1,0 +1,145 @@
+"""What an evaluation round scores, as ``model.eval`` declares it (docs/personalization.md).
+
+:class:`ProtocolEvaluation` turns the declared protocol into per-client ``(correct, total, loss_sum)``
+of a split: the global model ``w^t``, each client's personal model (the aggregation callback's
+``evaluated_rows``) or ``w^t`` fine-tuned for ``k`` steps and discarded (FedAvg-FT), over the declared
+client set. Clients outside the set get ``total = 0``, which every fairness statistic leaves out. The
+held-out unseen clients are scored separately (``<stage>/unseen/*``) and give the participation gap.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from lightning_fl.engines.base import ClientEngine
+from lightning_fl.engines.evaluation import ChunkSharding, ClientEvaluation, evaluate_rows, evaluate_segments
+from lightning_fl.engines.hooks import ClientHookSet
+from lightning_fl.functional.personal_metrics import gap_metrics
+from lightning_fl.models.base import ClientModule
+from lightning_fl.personalization.protocol import EvalProtocol
+from lightning_fl.simulation.callback import AggregationCallback
+from lightning_fl.simulation.sampling import ClientSampler
+from lightning_fl.state.client_state import ClientStateStore
+from lightning_fl.state.data import FederatedData
+from lightning_fl.state.flat_state import FlatStateLayout
+
+#: Clients whose personal or fine-tuned rows are built at once (bounds memory to a few models).
+_ROWS_AT_ONCE = 32
+
+
+class ProtocolEvaluation:
+    """Scores the declared model on the declared clients of one split.
+
+    Args:
+        protocol: ``model.eval``.
+        model: The global model (``w^t``).
+        data: The federation's data.
+        layout: The flat layout of the model state.
+        engine: The run's client engine (fine-tuning runs on it, stream ``eval_ft``).
+        store: Participation counts (who ``participated``).
+        aggregator: The run's aggregation callback (personal models).
+        unseen: Sorted ids of the held-out clients (empty: none).
+        batch_size: Samples per forward pass.
+        sharding: The run's processes (the global model's chunks are split over them).
+    """
+
+    def __init__(self, protocol: EvalProtocol, *, model: ClientModule, data: FederatedData, layout: FlatStateLayout,
+                 engine: ClientEngine, store: ClientStateStore, aggregator: AggregationCallback, unseen: Tensor,
+                 batch_size: int, sharding: ChunkSharding | None = None) -> None:
+        self.protocol, self.model, self.data, self.layout = protocol, model, data, layout
+        self.engine, self.store, self.aggregator = engine, store, aggregator
+        self.unseen, self.batch_size, self.sharding = unseen, batch_size, sharding
+
+    @classmethod
+    def for_run(cls, protocol: EvalProtocol, seed: int, sampler: ClientSampler, **parts) -> ProtocolEvaluation:
+        """Check ``protocol`` against the run (one-line errors before training) and hold the unseen clients out."""
+        aggregator, n = parts["aggregator"], parts["data"].num_clients
+        protocol.check(n, method_name=type(aggregator).__name__, method_has_personal_model=aggregator.personal_model,
+                       method_has_global=aggregator.has_global_model)
+        unseen = protocol.unseen_clients(seed, n)
+        if len(unseen):
+            sampler.hold_out(unseen)
+        return cls(protocol, unseen=unseen, **parts)
+
+    @property
+    def is_default(self) -> bool:
+        """The global model on every client, nobody held out: what every run without ``model.eval`` reports."""
+        return self.protocol.model == "global" and self.protocol.effective_clients == "all" and not len(self.unseen)
+
+    def evaluate(self, stage: str, round_number: int, counted: Tensor | None) -> tuple[list[ClientEvaluation],
+                                                                                      dict[str, float]]:
+        """The evaluations of ``stage`` (``val``/``test``; ``<stage>/unseen`` beside it) and the gap scalars."""
+        n = self.data.num_clients
+        unseen = torch.zeros(n, dtype=torch.bool)
+        unseen[self.unseen] = True
+        clients = self.protocol.effective_clients
+        members = {"all": ~unseen, "participated": (self.store.participation > 0) & ~unseen, "unseen": unseen}[clients]
+        main = self._score(stage, round_number, self.protocol.model, members, counted)
+        evaluations, scalars = [main], {}
+        if len(self.unseen) and clients != "unseen":
+            kind = "global" if self.protocol.model == "global" else "finetuned"
+            held_out = self._score(f"{stage}/unseen", round_number, kind, unseen, counted)
+            evaluations.append(held_out)
+            gap = gap_metrics(main.correct + held_out.correct, main.total + held_out.total, main.total > 0,
+                              held_out.total > 0)
+            scalars = {f"{stage}/{name}": value for name, value in gap.items()}
+        return evaluations, scalars
+
+    def _score(self, stage: str, round_number: int, kind: str, members: Tensor, counted: Tensor | None
+               ) -> ClientEvaluation:
+        x, y, offsets = self.data.split(stage.split("/")[0])
+        if kind == "global":
+            correct, total, loss_sum = evaluate_segments(self.model, x, y, offsets, self.batch_size, self.sharding)
+        else:
+            correct = torch.zeros(self.data.num_clients, dtype=torch.float64)
+            total, loss_sum = torch.zeros_like(correct), torch.zeros_like(correct)
+            ids = members.nonzero().flatten()
+            global_w = self.layout.flatten(self.model.state_dict())
+            for chunk in ids.split(_ROWS_AT_ONCE):
+                rows = self._rows(kind, chunk, global_w, round_number)
+                splits = [(x[offsets[k] : offsets[k + 1]], y[offsets[k] : offsets[k + 1]]) for k in chunk.tolist()]
+                correct[chunk], total[chunk], loss_sum[chunk] = evaluate_rows(self.model, self.layout, rows, splits,
+                                                                              self.batch_size)
+        keep = members if counted is None else members & counted.cpu()
+        # Clients outside the set: no samples, so every statistic and the client table leave them out.
+        zero = torch.zeros_like(correct)
+        correct, total, loss_sum = (torch.where(members, v, zero) for v in (correct, total, loss_sum))
+        return ClientEvaluation(stage, round_number, correct, total, loss_sum,
+                                None if counted is None else keep | ~members)
+
+    def _rows(self, kind: str, client_ids: Tensor, global_w: Tensor, round_number: int) -> Tensor:
+        if kind == "finetuned":
+            return self.finetuned_rows(client_ids, round_number)
+        has = torch.tensor(self.aggregator.has_personal(client_ids), dtype=torch.bool)
+        if bool(has.all()) or self.protocol.on_missing_personal == "error":
+            return self.aggregator.evaluated_rows(client_ids, global_w)
+        rows = torch.empty(len(client_ids), self.layout.numel, device=global_w.device)
+        rows[has] = self.aggregator.evaluated_rows(client_ids[has], global_w)
+        rows[~has] = self.finetuned_rows(client_ids[~has], round_number)
+        return rows
+
+    def finetuned_rows(self, client_ids: Tensor, round_number: int) -> Tensor:
+        """FedAvg-FT(k): ``w^t`` after ``k`` fresh client-optimizer steps (or epochs) on each client's train split.
+
+        Batches come from the ``eval_ft`` stream keyed by ``(seed, round, client)``, so evaluating more or
+        less often never changes training; the fine-tuned rows are discarded after scoring.
+        """
+        protocol, plan = self.protocol, self.engine.plan
+        sizes = self.data.train_sizes().cpu()[client_ids]
+        if protocol.finetune_epochs:
+            epochs, steps = protocol.finetune_epochs, None
+        else:  # enough epochs to hold k steps for the smallest client, then exactly k steps each
+            per_epoch = torch.div(sizes + plan.batch_size - 1, plan.batch_size, rounding_mode="floor").clamp_min(1)
+            epochs = int(math.ceil(protocol.finetune_steps / int(per_epoch.min())))
+            steps = torch.full((len(client_ids),), protocol.finetune_steps, dtype=torch.long)
+        keep, self.store.keep_optimizer_state = self.store.keep_optimizer_state, False  # fresh optimizer state
+        try:  # Lightning evaluates under inference mode; fine-tuning needs gradients
+            with torch.inference_mode(False), torch.enable_grad():
+                update = self.engine.train_cohort(round_number, client_ids, torch.zeros_like(client_ids), ClientHookSet([]),
+                                                  local_epochs=epochs, num_steps=steps, stream="eval_ft")
+        finally:
+            self.store.keep_optimizer_state = keep
+        return update.weights
