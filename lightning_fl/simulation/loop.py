@@ -140,7 +140,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         dp: Client-level differential privacy (:class:`~lightning_fl.privacy.DifferentialPrivacy`), central or
             local, with ``dp/epsilon`` logged every round (docs/algorithms.md, Client-level differential privacy).
         eval: The declared evaluation protocol (:class:`~lightning_fl.personalization.EvalProtocol`, docs/personalization.md);
-            ``None``: the global model on every client.
+            ``None``: the global model on every client (personal models for FedRep, FedPer, FedBN, Local).
         cpu_threads: Intra-op threads for torch on CPU. ``None`` (auto) uses 1 thread for models under
             one million parameters: their per-step kernels are microseconds long, and a second thread
             makes each step wait on a barrier (10x slower when the machine is busy with other runs).
@@ -221,7 +221,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         self.resume_despite_changes = resume_despite_changes
         self.aggregation = aggregation if aggregation is not None else AggregationPipeline()
         self.attack, self.dp = attack, dp
-        self.eval_protocol = eval if eval is not None else EvalProtocol()
+        self.eval_protocol = eval  # resolved at set-up (a personal model for FedRep, FedPer, FedBN, Local)
         self.lr_scheduler, self.lr_scheduler_interval = lr_scheduler, lr_scheduler_interval
         self.lr_schedule: ClientLrSchedule | None = None
         self.honest_clients: Tensor | None = None  # (N,) bool with an attack: whose metrics are the headline
@@ -230,8 +230,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         self.rounds_completed = 0
         self.run_outputs = RunOutputs()  # replaced in setup, once the run directory is known
         self.last_evaluation: ClientEvaluation | None = None
-        self._pending_evaluations: list[ClientEvaluation] = []
-        self._pending_scalars: dict[str, float] = {}
+        self._pending_evaluations, self._pending_scalars = [], {}  # ClientEvaluations and gap scalars to log
         self._evaluated_round = -1  # the last round whose model was evaluated in this fit
 
     # ------------------------------------------------------------------ set-up
@@ -312,6 +311,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             self.eval_protocol, self.seed, self.sampler, model=self.model, data=self.data, layout=self.layout,
             engine=self.engine, store=self.store, aggregator=aggregator, batch_size=self.eval_batch_size,
             sharding=self.sharding)
+        self.eval_protocol = self.protocol_evaluation.protocol
 
     def _client_state_dir(self) -> Path | None:
         if self.client_state == "memory":

@@ -54,9 +54,15 @@ class ProtocolEvaluation:
         self.unseen, self.batch_size, self.sharding = unseen, batch_size, sharding
 
     @classmethod
-    def for_run(cls, protocol: EvalProtocol, seed: int, sampler: ClientSampler, **parts) -> ProtocolEvaluation:
-        """Check ``protocol`` against the run (one-line errors before training) and hold the unseen clients out."""
+    def for_run(cls, protocol: EvalProtocol | None, seed: int, sampler: ClientSampler, **parts) -> ProtocolEvaluation:
+        """Check ``protocol`` against the run (one-line errors before training) and hold the unseen clients out.
+
+        ``None`` (no ``model.eval``): the global model on every client, or each client's personal model
+        (the clients that took part) for a method whose ``w^t`` is not a whole model (FedRep, FedPer, FedBN, Local).
+        """
         aggregator, n = parts["aggregator"], parts["data"].num_clients
+        if protocol is None:
+            protocol = EvalProtocol(model="global" if aggregator.has_global_model else "personal")
         protocol.check(n, method_name=type(aggregator).__name__, method_has_personal_model=aggregator.personal_model,
                        method_has_global=aggregator.has_global_model)
         unseen = protocol.unseen_clients(seed, n)
