@@ -98,6 +98,7 @@ class FairnessMetrics(FederatedCallback):
     @override
     def on_federation_setup(self, federation: Federation) -> None:
         self._aggregation = federation.aggregation
+        self._evaluated, self._evaluation = federation.evaluated, federation.evaluation
 
     @override
     def on_clients_evaluated(self, round_idx: int, evaluation: ClientEvaluation, federation: Federation,
@@ -173,7 +174,9 @@ class FairnessMetrics(FederatedCallback):
         splits = "client test splits" if not self._left_out else \
             f"honest clients' test splits; the {self._left_out} Byzantine clients are in test/all/*"
         rounds = f"{row['round']} round{'' if row['round'] == 1 else 's'}"
-        rank_zero_info(f"Fairness of the global model after {rounds} ({splits}):\n{table}{note}")
+        evaluated, evaluation = getattr(self, "_evaluated", "global model"), getattr(self, "_evaluation", "")
+        protocol = f"{evaluation}\n" if evaluation else ""  # model.eval, declared above every table
+        rank_zero_info(f"Fairness of the {evaluated} after {rounds} ({splits}):\n{protocol}{table}{note}")
         log_dir = run_directory(trainer)  # a collective with several processes: every rank asks once
         if not log_dir or trainer.global_rank != 0:
             return
@@ -181,7 +184,8 @@ class FairnessMetrics(FederatedCallback):
             os.makedirs(log_dir, exist_ok=True)
         summary = os.path.join(log_dir, f"fairness_summary{suffix}.md")
         with writing(summary, "the fairness summary"), open(summary, "w") as f:
-            f.write(f"Global model after {rounds} ({splits}).\n\n{table}{note}")
+            f.write(f"{evaluated[0].upper()}{evaluated[1:]} after {rounds} ({splits}).\n\n"
+                    f"{evaluation + chr(10) * 2 if evaluation else ''}{table}{note}")
         summary = os.path.join(log_dir, f"fairness_summary{suffix}.csv")
         with writing(summary, "the fairness summary"), open(summary, "w") as f:
             if last_rounds is None:

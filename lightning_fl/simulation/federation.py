@@ -102,6 +102,9 @@ class Federation:
             (:class:`~lightning_fl.engines.evaluation.GlobalModelView`); ``None`` outside a run.
         head_prefixes: Name prefixes of the model's head (``ClientModule.head_prefixes``, personalization).
         batchnorm_entries: State entries of the model's BatchNorm layers (FedBN's personal part).
+        evaluated: What ``val/*`` and ``test/*`` score, for table titles: ``global model``, ``personal models``
+            or ``fine-tuned global model`` (``model.eval.model``).
+        evaluation: The declared evaluation protocol in one line (``model.eval``), printed above every table.
     """
 
     num_clients: int
@@ -120,6 +123,8 @@ class Federation:
     global_model: GlobalModelView | None = None
     head_prefixes: tuple[str, ...] = ()
     batchnorm_entries: frozenset[str] = frozenset()
+    evaluated: str = "global model"
+    evaluation: str = ""
 
     def trainable_mask(self) -> Tensor:
         """``(d,)`` bool on :attr:`device`: the flat entries of trainable parameters."""

@@ -33,7 +33,7 @@ METRIC_TAGS = tuple(f"{split}/{name}" for split in ("test", "val")
 #: The columns every run declares, in name order (TensorBoard sorts them so, and ticks the first five).
 COLUMNS = ("algorithm", "algorithm.args", "client.optimizer", "data.partition", "data.set", "federation.clients",
            "federation.cohort", "local.batch_size", "local.epochs", "model.aggregation", "model.attack", "model.dp",
-           "model.lr_scheduler", "rounds", "seed", "seed.data")
+           "model.eval", "model.lr_scheduler", "rounds", "seed", "seed.data")
 _SKIPPED = ("data contents", "model.client shapes")  # a digest and tensor shapes: nothing to sort runs by
 
 
@@ -104,6 +104,9 @@ def comparison_columns(method: str, config: Mapping[str, Any]) -> dict[str, bool
         "model.aggregation": _described(config.get("model.aggregation", "default")),
         "model.attack": _described(config.get("model.attack")),
         "model.dp": _described(config.get("model.dp")),
+        # model.eval (docs/personalization.md): which model, clients, rounds and headline weighting
+        "model.eval": "/".join(str(config.get(f"eval/{k}", d)) for k, d in
+                               (("model", "global"), ("clients", "all"), ("rounds", "last"), ("weighting", "client_mean"))),
         "model.lr_scheduler": _described(config.get("model.lr_scheduler")),
         "rounds": config.get("rounds", "none"),
         "seed": config.get("model.seed", "none"),

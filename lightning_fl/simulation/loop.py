@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,7 @@ from lightning_fl.simulation.run_checks import (
     check_finite_inputs,
     check_hierarchy_options,
     check_loop_arguments,
+    client_state_dir,
     CLIENT_STATE_STORES,
     DIVERGENCE_POLICIES,
     EXCHANGES,
@@ -57,9 +57,8 @@ from lightning_fl.simulation.run_checks import (
 )
 from lightning_fl.simulation.sampling import ClientSampler
 from lightning_fl.simulation.system import SystemHeterogeneity
-from lightning_fl.state.client_rows import DiskRows, RowStore
+from lightning_fl.state.client_rows import disk_rows_factory
 from lightning_fl.state.client_state import ClientStateStore
-from lightning_fl.state.client_table import ClientTable
 from lightning_fl.state.flat_state import FlatStateLayout
 from lightning_fl.state.seeding import derive_seed
 from lightning_fl.personalization.personal_part import batchnorm_entries
@@ -274,7 +273,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         cohort = data.num_clients if self.hierarchy is not None else self.clients_per_round
         self.sampler = ClientSampler(data.num_clients, cohort, self.sampling, self.seed, data.train_sizes())
         self.run_dir = Path(run_directory(self.trainer) or self.trainer.default_root_dir)  # a collective: every rank asks
-        self.store = ClientStateStore(data.num_clients, self.keep_client_optimizer_state, self._client_state_dir(),
+        self.store = ClientStateStore(data.num_clients, self.keep_client_optimizer_state, client_state_dir(self.run_dir, self.client_state, self.trainer),
                                       self.run_dir)
         self.layout = FlatStateLayout(self.model.state_dict())
         if self.system is not None:
@@ -288,6 +287,11 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         self.engine.setup(self.model, self.data, self.store)
         callbacks = [c for c in self.trainer.callbacks if isinstance(c, FederatedCallback)]
         aggregator = next(c for c in callbacks if isinstance(c, AggregationCallback))
+        self.protocol_evaluation = ProtocolEvaluation.for_run(
+            self.eval_protocol, self.seed, self.sampler, model=self.model, data=self.data, layout=self.layout,
+            engine=self.engine, store=self.store, aggregator=aggregator, batch_size=self.eval_batch_size,
+            sharding=self.sharding)
+        self.eval_protocol = self.protocol_evaluation.protocol
         self.federation = Federation(
             num_clients=data.num_clients, num_classes=data.num_classes, layout=self.layout,
             trainable=frozenset(n for n, p in self.model.named_parameters() if p.requires_grad),
@@ -300,29 +304,15 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             batch_size=self.batch_size, clients_per_round=self.clients_per_round,
             global_model=GlobalModelView(self.model, self.data, self.layout, self.eval_batch_size, self.sharding),
             head_prefixes=tuple(self.model.head_prefixes), batchnorm_entries=batchnorm_entries(self.model),
+            evaluated=self.protocol_evaluation.evaluated, evaluation=self.eval_protocol.describe(),
         )
         self.federated_callbacks = callbacks
         self.rounds = RoundRunner(self.model, self.engine, self.sampler, self.store, self.hierarchy, self.federation,
                                   callbacks, self.sharding, reduce=self.exchange == "reduce", system=self.system,
                                   on_client_divergence=self.on_client_divergence, pipeline=self.aggregation,
                                   attack=self.attack, dp=self.dp, rounds=self.trainer.max_epochs)
-        self.rounds.setup_callbacks(training=stage == "fit", make_rows=self._row_store_factory())
-        self.protocol_evaluation = ProtocolEvaluation.for_run(
-            self.eval_protocol, self.seed, self.sampler, model=self.model, data=self.data, layout=self.layout,
-            engine=self.engine, store=self.store, aggregator=aggregator, batch_size=self.eval_batch_size,
-            sharding=self.sharding)
-        self.eval_protocol = self.protocol_evaluation.protocol
-
-    def _client_state_dir(self) -> Path | None:
-        if self.client_state == "memory":
-            return None
-        root = self.run_dir / "client_state"
-        # Every rank holds the whole state (identical on every rank) and writes its own files.
-        return root if self.trainer.world_size == 1 else root / f"rank{self.trainer.global_rank}"
-
-    def _row_store_factory(self) -> Callable[[ClientTable], RowStore] | None:
-        directory = self._client_state_dir()
-        return None if directory is None else (lambda t: DiskRows(directory, t.name, t.shape, t.dtype, self.run_dir))
+        self.rounds.setup_callbacks(training=stage == "fit", make_rows=disk_rows_factory(
+            client_state_dir(self.run_dir, self.client_state, self.trainer), self.run_dir))
 
     @override
     def on_fit_start(self) -> None:
@@ -336,7 +326,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         if self.trainer.is_global_zero:  # the HParams tab: this run's settings beside its fairness metrics
             # The rounds are the Trainer's (max_epochs), not part of the run's exactness check.
             write_hparams(self.loggers, self.federation.aggregation,
-                          {**self._run_config(), "rounds": self.trainer.max_epochs})
+                          {**self._run_config(), "rounds": self.trainer.max_epochs, **self.eval_protocol.hparams()})
         if self.rounds_completed == 0:
             RoundLogger(self.loggers, step=0, outputs=self.run_outputs).log_partition(self.trainer.datamodule,
                                                                                       self._data_sha or "")

@@ -71,6 +71,12 @@ class ProtocolEvaluation:
         return cls(protocol, unseen=unseen, **parts)
 
     @property
+    def evaluated(self) -> str:
+        """What ``val/*`` and ``test/*`` score, in words (table titles)."""
+        return {"global": "global model", "personal": "personal models",
+                "finetuned": "fine-tuned global model"}[self.protocol.model]
+
+    @property
     def is_default(self) -> bool:
         """The global model on every client, nobody held out: what every run without ``model.eval`` reports."""
         return self.protocol.model == "global" and self.protocol.effective_clients == "all" and not len(self.unseen)

@@ -11,6 +11,7 @@ configuration (``FederatedCLI.before_instantiate_classes``); :func:`check_setup`
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
 from typing import Any
@@ -317,3 +318,14 @@ def check_loop_arguments(client: object, *, clients_per_round: int, local_epochs
     for name, value in (("max_parallel_clients", max_parallel_clients), ("cpu_threads", cpu_threads)):
         if value is not None:
             check_positive(name, value, integer=True)
+
+
+def client_state_dir(run_dir: Path, client_state: str, trainer: Any) -> Path | None:
+    """Where ``model.client_state: disk`` keeps per-client rows (``None``: in memory).
+
+    Every rank holds the whole state (identical on every rank) and writes its own files.
+    """
+    if client_state == "memory":
+        return None
+    root = run_dir / "client_state"
+    return root if trainer.world_size == 1 else root / f"rank{trainer.global_rank}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +186,10 @@ class DiskObjects(_OnDisk):
     def objects_state(self) -> dict[str, Any]:
         """The objects themselves, as :class:`MemoryObjects` would save them."""
         return {"objects": {k: self.get(k) for k in sorted(self.log.index)}}
+
+
+def disk_rows_factory(directory: Path | None, root: Path | None) -> Callable[[Any], RowStore] | None:
+    """``make_rows(table)`` for declared client tables kept in ``directory`` (``None``: in memory)."""
+    if directory is None:
+        return None
+    return lambda table: DiskRows(directory, table.name, table.shape, table.dtype, root)
