@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -19,11 +21,13 @@ def build_from_pooled(
     num_classes: int,
     test_fraction: float,
     generator: torch.Generator,
+    split: Callable[[Tensor, float, torch.Generator], tuple[Tensor, Tensor]] = split_train_test,
 ) -> FederatedData:
     """Assemble :class:`FederatedData` from a pooled dataset and per-client index lists (docs/algorithms.md, Data).
 
-    Each client's indices are split into train and test with :func:`~lightning_fl.datamodules.split.split_train_test`
-    (clients in order, all drawing from ``generator``); the splits are concatenated client by client.
+    Each client's indices are split into train and test with ``split`` (by default
+    :func:`~lightning_fl.datamodules.split.split_train_test`; clients in order, all drawing from
+    ``generator``); the splits are concatenated client by client.
 
     Args:
         x: ``(n, ...)`` pooled inputs.
@@ -32,6 +36,7 @@ def build_from_pooled(
         num_classes: Number of label classes.
         test_fraction: Per-client test fraction in ``[0, 1)``.
         generator: Source of randomness for the splits.
+        split: ``(indices, test_fraction, generator) -> (train_idx, test_idx)`` for one client.
 
     Returns:
         The federation, labels as ``long``.
@@ -53,7 +58,7 @@ def build_from_pooled(
     y = torch.as_tensor(y).long()
     if len(y) and (int(y.min()) < 0 or int(y.max()) >= num_classes):
         raise ConfigError(f"labels must lie in [0, {num_classes}) (num_classes); got {int(y.min())}..{int(y.max())}")
-    splits = [split_train_test(idx, test_fraction, generator) for idx in client_indices]
+    splits = [split(idx, test_fraction, generator) for idx in client_indices]
     train = torch.cat([tr for tr, _ in splits]) if splits else torch.zeros(0, dtype=torch.long)
     test = torch.cat([te for _, te in splits]) if splits else torch.zeros(0, dtype=torch.long)
     return FederatedData(

@@ -18,6 +18,9 @@ then for non-IID ``v_k`` for every user followed by ``W_k``, ``b_k`` user by use
 also draws all ``v_k`` first); for IID the shared ``W`` then ``b``. The inputs of user ``k`` come from a separate stream
 ``np.random.default_rng([seed, k])``, so capping one user's size (``max_samples_per_client``) only
 truncates that user's samples (a prefix of the uncapped draw) and changes nothing else.
+
+``SyntheticDataModule(generator="pfedme")`` uses the pFedMe authors' copy of the generator instead
+(:mod:`lightning_fl.datamodules.synthetic_pfedme`: sizes times 5, their random stream, their 90/10 split).
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.datamodules.assemble import build_from_pooled
+from lightning_fl.datamodules.split import split_train_test
+from lightning_fl.datamodules.synthetic_pfedme import generate_synthetic_pfedme, pfedme_train_test_split
 from lightning_fl.faults.validation import check_choice, check_non_negative, check_positive
 from lightning_fl.simulation.datamodule import FederatedDataModule
 from lightning_fl.state.data import FederatedData, offsets_from_sizes
 from lightning_fl.state.seeding import generator_for
 
-__all__ = ["SYNTHETIC_VARIANTS", "SyntheticDataModule", "generate_synthetic"]
+__all__ = ["SYNTHETIC_GENERATORS", "SYNTHETIC_VARIANTS", "SyntheticDataModule", "generate_synthetic"]
 
 # FedFa's four synthetic data sets: variant -> (alpha, beta, iid).
 SYNTHETIC_VARIANTS: dict[str, tuple[float, float, bool]] = {
@@ -42,6 +47,8 @@ SYNTHETIC_VARIANTS: dict[str, tuple[float, float, bool]] = {
     "1_1": (1.0, 1.0, False),
     "iid": (0.0, 0.0, True),
 }
+#: ``generator`` -> the paper whose copy of the Synthetic script it replays.
+SYNTHETIC_GENERATORS = {"fedprox": "FedProx / FedFa", "pfedme": "pFedMe (T. Dinh et al. 2020)"}
 
 
 def generate_synthetic(
@@ -121,6 +128,10 @@ class SyntheticDataModule(FederatedDataModule):
     The clients are the generator's natural users; each user's samples are split at random into
     train and test (80/20 by default, as FedFa). Generation and split use independent seeded streams.
 
+    ``generator: pfedme`` selects the pFedMe authors' generator and split (docs/algorithms.md, Data);
+    their Table 1 data set is ``generator: pfedme, variant: "0.5_0.5", num_clients: 100,
+    test_fraction: 0.1`` (add ``val_fraction: 0`` for their whole training sets).
+
     Args:
         variant: ``"0_0"``, ``"0.5_0.5"``, ``"1_1"`` (``alpha_beta``) or ``"iid"``.
         num_clients: Number of users (30 as in the papers).
@@ -128,6 +139,9 @@ class SyntheticDataModule(FederatedDataModule):
         test_fraction: Fraction of every user's samples held out for testing, in ``[0, 1)``.
         val_fraction: Fraction of each client's training samples moved to its validation split, in ``[0, 1)``; ``0``: none (the papers' exact training sets).
         max_samples_per_client: Optional cap on a user's sample count (``None``: exact formula).
+        generator: ``"fedprox"`` (default: FedProx's script as FedFa uses it) or ``"pfedme"`` (the pFedMe
+            authors' copy: ``n_k = (int(lognormal(4, 2)) + 50) * 5``, their random stream, so seed 0 is
+            their data, and their split: the first ``int((1 - test_fraction) n_k)`` shuffled samples train).
 
     Raises:
         ConfigError: For an unknown variant or an out-of-range argument (one line naming the field).
@@ -137,6 +151,12 @@ class SyntheticDataModule(FederatedDataModule):
         >>> dm.setup()
         >>> dm.num_clients, dm.num_classes, dm.input_shape
         (30, 10, (60,))
+
+    Example (YAML, pFedMe's Synthetic(0.5, 0.5))::
+
+        data:
+          class_path: lightning_fl.datamodules.SyntheticDataModule
+          init_args: {generator: pfedme, variant: "0.5_0.5", num_clients: 100, test_fraction: 0.1, seed: 0}
     """
 
     def __init__(
@@ -147,20 +167,24 @@ class SyntheticDataModule(FederatedDataModule):
         test_fraction: float = 0.2,
         max_samples_per_client: int | None = None,
         val_fraction: float = 0.1,
+        generator: str = "fedprox",
     ) -> None:
         super().__init__(seed=seed, test_fraction=test_fraction, val_fraction=val_fraction)
         check_choice("variant", variant, SYNTHETIC_VARIANTS)
+        check_choice("generator", generator, SYNTHETIC_GENERATORS)
         check_positive("num_clients", num_clients, integer=True)
         if max_samples_per_client is not None:
             check_positive("max_samples_per_client", max_samples_per_client, integer=True)
         self.variant = variant
         self._num_clients = num_clients
         self.max_samples_per_client = max_samples_per_client
+        self.generator = generator
 
     @override
     def build_data(self) -> FederatedData:
         alpha, beta, iid = SYNTHETIC_VARIANTS[self.variant]
-        users = generate_synthetic(
+        pfedme = self.generator == "pfedme"
+        users = (generate_synthetic_pfedme if pfedme else generate_synthetic)(
             alpha, beta, iid, num_clients=self._num_clients, seed=self.seed,
             max_samples_per_client=self.max_samples_per_client,
         )
@@ -173,5 +197,6 @@ class SyntheticDataModule(FederatedDataModule):
             client_indices,
             num_classes=10,
             test_fraction=self.test_fraction,
-            generator=generator_for(self.seed, "synthetic", "train_test_split"),
+            generator=generator_for(self.seed, "synthetic_pfedme" if pfedme else "synthetic", "train_test_split"),
+            split=pfedme_train_test_split if pfedme else split_train_test,
         )

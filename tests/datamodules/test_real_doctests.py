@@ -16,7 +16,7 @@ MODULES = [
     "lightning_fl.datamodules.partitions.numpy_rng", "lightning_fl.datamodules.partitions.owners",
     "lightning_fl.datamodules.partitions.config_errors", "lightning_fl.datamodules.largest_remainder",
     "lightning_fl.datamodules.split", "lightning_fl.datamodules.assemble", "lightning_fl.datamodules.pooled",
-    "lightning_fl.datamodules.digits",
+    "lightning_fl.datamodules.digits", "lightning_fl.datamodules.synthetic_pfedme",
     "lightning_fl.simulation.datamodule", "lightning_fl.reporting.tables",
     "lightning_fl.models.lenet", "lightning_fl.models.cifar_cnn", "lightning_fl.models.char_lstm",
     "lightning_fl.models.resnet_gn",

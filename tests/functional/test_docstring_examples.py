@@ -24,6 +24,8 @@ MODULES = [
     "attacks",
     "robust",
     "robust_distance",
+    "apfl",
+    "pfedme",
 ]
 
 
