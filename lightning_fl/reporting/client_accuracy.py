@@ -28,7 +28,7 @@ def append_client_rows(path: Path, round_number: int, stage: str, accuracies: Te
     Args:
         path: The CSV file (created with its header when absent).
         round_number: Rounds completed when the model was evaluated.
-        stage: ``"val"`` or ``"test"``.
+        stage: ``"val"`` or ``"test"`` (``"val/unseen"``, ``"test/unseen"``: the held-out unseen clients).
         accuracies: ``(N,)`` accuracies in ``[0, 1]`` (NaN: no samples).
         samples: ``(N,)`` samples per client in the split.
         first_of_stage: This process's first evaluation of ``stage``. Rows of ``stage`` from round
@@ -60,7 +60,8 @@ def append_client_rows(path: Path, round_number: int, stage: str, accuracies: Te
 
 def _well_formed(row: list[str]) -> bool:
     """Raises ``ValueError`` unless ``row`` reads as ``round,stage,client,accuracy,samples``."""
-    if len(row) != len(HEADER) or row[1] not in ("val", "test"):
+    # <stage>/unseen: the held-out clients of model.eval.unseen_fraction, scored beside the others
+    if len(row) != len(HEADER) or row[1] not in ("val", "test", "val/unseen", "test/unseen"):
         raise ValueError(row)
     int(row[0]), int(row[2]), float(row[3]), int(row[4])
     return True
