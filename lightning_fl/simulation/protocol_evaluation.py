@@ -17,6 +17,7 @@ from torch import Tensor
 from lightning_fl.engines.base import ClientEngine
 from lightning_fl.engines.evaluation import ChunkSharding, ClientEvaluation, evaluate_rows, evaluate_segments
 from lightning_fl.engines.hooks import ClientHookSet
+from lightning_fl.faults.validation import ConfigError
 from lightning_fl.functional.personal_metrics import gap_metrics
 from lightning_fl.models.base import ClientModule
 from lightning_fl.personalization.protocol import EvalProtocol
@@ -63,6 +64,11 @@ class ProtocolEvaluation:
         aggregator, n = parts["aggregator"], parts["data"].num_clients
         if protocol is None:
             protocol = EvalProtocol(model="global" if aggregator.has_global_model else "personal")
+        if protocol.rounds != "last" or protocol.paper_compat is not None:
+            # The selection rules exist as functions (personal_metrics.select_rounds); the final table does not apply them yet.
+            raise ConfigError("model.eval.rounds: training runs report rounds: last so far (mean_last, best_val and"
+                              " paper_compat: max_test are computed from fairness_history.csv by"
+                              " lightning_fl.functional.personal_metrics.select_rounds); use rounds: last")
         protocol.check(n, method_name=type(aggregator).__name__, method_has_personal_model=aggregator.personal_model,
                        method_has_global=aggregator.has_global_model)
         unseen = protocol.unseen_clients(seed, n)
