@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.utilities import rank_zero_info
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_fl.engines.evaluation import ClientEvaluation
@@ -19,6 +19,14 @@ from lightning_fl.functional.fairness import (
     fairness_metrics,
     last_rounds_count,
     mean_over_last_rounds,
+)
+from lightning_fl.personalization.protocol import EvalProtocol
+from lightning_fl.personalization.round_rules import (
+    OPTIMISTIC_PREFIX,
+    optimistic,
+    optimistic_note,
+    reported,
+    rounds_phrase,
 )
 from lightning_fl.reporting.client_accuracy import append_client_rows
 from lightning_fl.reporting.figures import accuracy_histogram_figure
@@ -47,12 +55,19 @@ class FairnessMetrics(FederatedCallback):
     TensorBoard histogram of client accuracies; ``stage`` is ``val`` for the clients' validation
     splits and ``test`` for their test splits (``fit`` evaluates both each time). At the end of
     ``fit`` and ``test`` it prints the FedFa Table 2 summary (Average, Worst 20%, Best 20%,
-    Variance) of the last evaluation on the **client test splits**, labelled with its round, and
-    saves it as ``fairness_summary.md`` and ``.csv`` (``fairness_summary_test.*`` after ``test``) in
-    the log directory, with ``fairness_history.csv`` holding every evaluation of both splits (one row
-    per stage and round). Every evaluation also appends each client's accuracy and sample count to
-    ``client_accuracy.csv`` in the run directory (``round,stage,client,accuracy,samples``; rank 0,
-    any logger), the distribution behind the summary metrics. Under ``model.attack`` the metrics,
+    Variance) on the **client test splits** and saves it as ``fairness_summary.md`` and ``.csv``
+    (``fairness_summary_test.*`` after ``test``) in the log directory, with ``fairness_history.csv``
+    holding every evaluation of both splits (one row per stage and round). After ``fit`` the table
+    follows the declared ``model.eval.rounds`` rule (docs/personalization.md, Which rounds): ``last``
+    (the last evaluation), ``mean_last`` (each statistic averaged over the last ``last_r`` test
+    evaluations) or ``best_val`` (the test statistics at ``t*``, the first evaluation maximising
+    ``val/acc_mean``, or ``val/acc_pooled`` under ``weighting: pooled``); its title names the rule and
+    rounds. With ``paper_compat: max_test`` the best-on-test evaluation is also logged at the end of
+    ``fit``, as ``test_optimistic/<key>`` (and ``test_optimistic/round``) only, with a line under the
+    table saying it is optimistic. The per-round ``test/*`` scalars stay every evaluation's own.
+    Every evaluation also appends each client's accuracy and sample count to ``client_accuracy.csv``
+    in the run directory (``round,stage,client,accuracy,samples``; rank 0, any logger), the
+    distribution behind the summary metrics. Under ``model.attack`` the metrics,
     the histogram and the table cover the honest clients only, and ``{stage}/all/*`` (also in
     ``fairness_history.csv``) every client; ``client_accuracy.csv`` lists every client.
 
@@ -81,7 +96,7 @@ class FairnessMetrics(FederatedCallback):
     """
 
     logged_scalars = (*(f"{stage}/{key}" for stage in ("val", "test", "val/all", "test/all") for key in FAIRNESS_KEYS),
-                      *(f"test/{key}_last10pct" for key in _LAST_ROUNDS_KEYS))
+                      *(f"test/{key}_last10pct" for key in _LAST_ROUNDS_KEYS), f"{OPTIMISTIC_PREFIX}/*")
 
     def __init__(self, histogram_every: int = 1, method_name: str | None = None,
                  evaluate_last_rounds: bool = False) -> None:
@@ -94,11 +109,13 @@ class FairnessMetrics(FederatedCallback):
         self._aggregation = "FairnessMetrics"
         self._client_rows_stages: set[str] = set()  # stages this process has written client rows for
         self._left_out = 0  # Byzantine clients the headline metrics leave out
+        self._protocol = EvalProtocol()  # model.eval; a federation without one reports the last evaluation
 
     @override
     def on_federation_setup(self, federation: Federation) -> None:
         self._aggregation = federation.aggregation
         self._evaluated, self._evaluation = federation.evaluated, federation.evaluation
+        self._protocol = federation.eval_protocol or EvalProtocol()
 
     @override
     def on_clients_evaluated(self, round_idx: int, evaluation: ClientEvaluation, federation: Federation,
@@ -128,7 +145,7 @@ class FairnessMetrics(FederatedCallback):
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._write_summary(trainer, "", self._last_rounds(trainer))
+        self._write_summary(trainer, "", self._last_rounds(trainer), fit=True)
 
     @override
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -157,14 +174,49 @@ class FairnessMetrics(FederatedCallback):
             trainer.callback_metrics[name] = torch.tensor(value)
         return metrics, window, used
 
+    def _optimistic(self, trainer: pl.Trainer, final: int) -> str:
+        """``paper_compat: max_test`` after ``fit``: log the best-on-test statistics as ``test_optimistic/*``
+        (never ``test/*``) at the final round; returns the line under the table."""
+        statistics, used = optimistic(self.history, self._protocol)
+        scalars = {f"{OPTIMISTIC_PREFIX}/{key}": value for key, value in statistics.items()}
+        scalars[f"{OPTIMISTIC_PREFIX}/round"] = float(used[0])
+        RoundLogger(trainer.loggers, final).log_scalars(scalars)
+        for tag, value in scalars.items():
+            trainer.callback_metrics[tag] = torch.tensor(value)
+        return optimistic_note(self._protocol, statistics, used)
+
+    def _reported(self, trainer: pl.Trainer, row: dict[str, float]) -> tuple[dict[str, float], str, str]:
+        """After ``fit``: the row under the declared ``rounds`` rule, the title's rounds phrase, the notes."""
+        protocol, final = self._protocol, row["round"]
+        try:
+            statistics, used = reported(self.history, protocol)
+        except ValueError as err:  # e.g. best_val with a NaN monitor at every evaluation: still write the table
+            rank_zero_warn(f"model.eval.rounds {protocol.rounds} could not be applied ({err}); the table reports the"
+                           " last evaluation")
+            statistics = {}
+            phrase = f"after {final} round{'' if final == 1 else 's'} (the last evaluation: rounds={protocol.rounds}"
+            phrase += " could not be applied)"
+        else:
+            phrase = rounds_phrase(protocol, used, final)
+        note = ""
+        if protocol.paper_compat == "max_test":
+            try:
+                note = self._optimistic(trainer, final)
+            except ValueError as err:  # a NaN test monitor at every evaluation: nothing optimistic to log
+                rank_zero_warn(f"model.eval.paper_compat max_test: nothing logged ({err})")
+        return {**row, **statistics}, phrase, note
+
     def _write_summary(self, trainer: pl.Trainer, suffix: str,
-                       last_rounds: tuple[dict[str, float], int, list[int]] | None = None) -> None:
+                       last_rounds: tuple[dict[str, float], int, list[int]] | None = None, fit: bool = False) -> None:
         row = self.latest("test")  # the final table reports the clients' test splits
         if row is None:
             return
+        # A standalone `test` scores one model; the rounds rule chooses among fit's evaluations.
+        rounds = f"after {row['round']} round{'' if row['round'] == 1 else 's'}"
+        row, rounds, note = self._reported(trainer, row) if fit else (row, rounds, "")
         name = self.method_name or self._aggregation
         table = fairness_table({name: row})
-        note = "" if last_rounds is None else "\n" + last_rounds_note(*last_rounds)
+        note = ("" if last_rounds is None else "\n" + last_rounds_note(*last_rounds)) + (note and "\n" + note)
         metrics = trainer.callback_metrics
         for tag, what in (("dp/epsilon", "Client-level DP: epsilon"),  # model.dp: what the released models cost
                           ("dp/local_epsilon_max", "Local DP: the most released client's epsilon")):
@@ -173,10 +225,9 @@ class FairnessMetrics(FederatedCallback):
                          " (docs/algorithms.md, Client-level differential privacy).")
         splits = "client test splits" if not self._left_out else \
             f"honest clients' test splits; the {self._left_out} Byzantine clients are in test/all/*"
-        rounds = f"{row['round']} round{'' if row['round'] == 1 else 's'}"
         evaluated, evaluation = getattr(self, "_evaluated", "global model"), getattr(self, "_evaluation", "")
         protocol = f"{evaluation}\n" if evaluation else ""  # model.eval, declared above every table
-        rank_zero_info(f"Fairness of the {evaluated} after {rounds} ({splits}):\n{protocol}{table}{note}")
+        rank_zero_info(f"Fairness of the {evaluated} {rounds} ({splits}):\n{protocol}{table}{note}")
         log_dir = run_directory(trainer)  # a collective with several processes: every rank asks once
         if not log_dir or trainer.global_rank != 0:
             return
@@ -184,7 +235,7 @@ class FairnessMetrics(FederatedCallback):
             os.makedirs(log_dir, exist_ok=True)
         summary = os.path.join(log_dir, f"fairness_summary{suffix}.md")
         with writing(summary, "the fairness summary"), open(summary, "w") as f:
-            f.write(f"{evaluated[0].upper()}{evaluated[1:]} after {rounds} ({splits}).\n\n"
+            f.write(f"{evaluated[0].upper()}{evaluated[1:]} {rounds} ({splits}).\n\n"
                     f"{evaluation + chr(10) * 2 if evaluation else ''}{table}{note}")
         summary = os.path.join(log_dir, f"fairness_summary{suffix}.csv")
         with writing(summary, "the fairness summary"), open(summary, "w") as f:

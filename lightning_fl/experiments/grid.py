@@ -7,7 +7,11 @@ into the save directory (docs/experiments.md, "Running configs over seeds"):
 * ``evaluations.csv``: every evaluation of every run, long format
   (``run, method, seed, round, stage, metric, value``);
 * ``summary.csv`` and ``comparison.md``: per method and metric, the final evaluation on the clients'
-  test splits as mean ± sample std and the 95% Student t interval over the seeds, with their number;
+  test splits (under each run's ``model.eval.rounds`` rule) as mean ± sample std and the 95% Student t
+  interval over the seeds, with their number;
+* ``personal_summary.csv`` and a section of ``comparison.md`` when some run evaluates personal models
+  (:mod:`lightning_fl.experiments.personal`): the ``model.eval`` line, the headline in both weightings,
+  worst 20%, the participation gap and the gain over Local per seed, with the same intervals;
 * ``runs.csv``: per run, the wall time (total and per round), the seed and data seed its TensorBoard
   HParams session records (checked against the run's own) and the final HParams metrics;
 * ``curves.png`` (test accuracy per round, mean and min..max band over seeds) and
@@ -38,6 +42,7 @@ from lightning_fl.experiments.run_info import (
     timing_markdown,
     write_records,
 )
+from lightning_fl.experiments.personal import PersonalComparison, personal_comparison, reported_rows, run_protocols
 from lightning_fl.experiments.runs import Run, default_jobs, plan_runs
 from lightning_fl.experiments.stats import Stats, seed_bands
 from lightning_fl.experiments.tuning import tune as tune_grids
@@ -62,6 +67,7 @@ class GridResult:
         records: ``runs.csv``'s rows: wall time, HParams check and final metrics per run.
         configs: ``{method: config}`` that ran (the tuned ones with ``tune``).
         report: The markdown written to ``comparison.md``.
+        personal: The personalized comparison (``None`` when no run evaluates personal models).
     """
 
     runs: list[Run]
@@ -70,6 +76,7 @@ class GridResult:
     records: list[dict[str, Any]]
     configs: dict[str, str]
     report: str
+    personal: PersonalComparison | None = None
 
 
 def _check(runs: Mapping[str, str], seeds: Sequence[int], jobs: int) -> None:
@@ -136,8 +143,12 @@ def run_grid(runs: Mapping[str, str], seeds: Sequence[int], save_dir: Path, jobs
 
     rows = [row for run in planned for row in history_rows(run)]
     write_long_csv(rows, save_dir / "evaluations.csv")
-    summary = summarize(rows, "test")
+    protocols = run_protocols(planned)  # model.eval of each run: its rounds rule decides what the summary reads
+    summary = summarize(reported_rows(rows, planned, protocols), "test")
     (save_dir / "summary.csv").write_text(summary_csv(summary))
+    personal = personal_comparison(planned, protocols)
+    if personal is not None:
+        (save_dir / "personal_summary.csv").write_text(summary_csv(personal.summary))
     records = [run_record(run) for run in planned]
     write_records(records, save_dir / "runs.csv")
     for problem in (r["hparams_problems"] for r in records if r["hparams_problems"]):
@@ -146,17 +157,21 @@ def run_grid(runs: Mapping[str, str], seeds: Sequence[int], save_dir: Path, jobs
 
     data_seeds = "the same data for every seed" if not any(run.data_seed is not None for run in planned) else \
         "data.init_args.seed = seed"
-    report = (f"{title + chr(10) + chr(10) if title else ''}Final evaluation on the clients' test splits: mean ± sample"
+    ruled = any(p is not None and p.rounds != "last" for p, _ in protocols.values())
+    evaluation = "Reported evaluation (each run's model.eval rounds rule)" if ruled else "Final evaluation"
+    report = (f"{title + chr(10) + chr(10) if title else ''}{evaluation} on the clients' test splits: mean ± sample"
               f" std [95% t interval] over {len(seeds)} seeds ({', '.join(map(str, seeds))}; {data_seeds}).\n\n"
-              f"{summary_markdown(summary)}")
+              f"{personal.describe + chr(10) * 2 if personal else ''}{summary_markdown(summary)}")
+    report += f"\n{personal.markdown()}" if personal else ""
     targets = target_markdown(planned)
     report += f"\n{targets}" if targets else ""
     report += f"\nWall time ({jobs} runs at a time):\n\n{timing_markdown(records)}"
     report += f"\n{tuning}" if tuning else ""
     (save_dir / "comparison.md").write_text(report)
-    print(f"\n{report}\nSaved comparison.md, summary.csv, evaluations.csv, runs.csv, curves.png and client_accuracy.png"
+    print(f"\n{report}\nSaved comparison.md, summary.csv, {'personal_summary.csv, ' if personal else ''}evaluations.csv,"
+          f" runs.csv, curves.png and client_accuracy.png"
           f" to {save_dir} ({time.perf_counter() - started:.0f} s); curves: tensorboard --logdir {save_dir}", flush=True)
-    return GridResult(planned, rows, summary, records, configs, report)
+    return GridResult(planned, rows, summary, records, configs, report, personal)
 
 
 def _figures(runs: Sequence[Run], rows: Sequence[Row], save_dir: Path, num_seeds: int) -> None:

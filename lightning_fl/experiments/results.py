@@ -42,12 +42,16 @@ def metric_unit(metric: str) -> str:
     Example:
         >>> [metric_unit(m) for m in ("acc_mean", "acc_var", "acc_std", "jain", "loss", "round")]
         ['fraction', 'percent^2', 'percent', 'fraction', 'nats', 'rounds']
+        >>> [metric_unit(m) for m in ("win_rate", "gap_pooled", "min_gain")]
+        ['fraction', 'fraction difference', 'fraction difference']
     """
+    if metric.startswith("gap_") or metric.endswith("_gain"):
+        return "fraction difference"  # the participation gap and the gain over Local (docs/personalization.md)
     if metric.startswith("acc_var"):
         return "percent^2"  # FedFa Table 2's variance of accuracies in percent (docs/algorithms.md)
     if metric.startswith("acc_std"):
         return "percent"
-    if metric.startswith(("acc_", "jain")):
+    if metric.startswith(("acc_", "jain", "win_rate")):
         return "fraction"
     return {"loss": "nats", "round": "rounds"}.get(metric, "")
 
@@ -55,6 +59,8 @@ def metric_unit(metric: str) -> str:
 #: What each metric can take (raw units): a 95% interval is clipped to it in the markdown tables.
 def _metric_range(metric: str) -> tuple[float, float]:
     unit = metric_unit(metric)
+    if unit == "fraction difference":  # a difference of two accuracies: negative when the method does worse
+        return -1.0, 1.0
     return (0.0, 1.0) if unit == "fraction" else (0.0, math.inf) if unit else (-math.inf, math.inf)
 
 

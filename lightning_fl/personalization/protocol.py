@@ -12,8 +12,10 @@ hparams (:meth:`EvalProtocol.hparams`) and draws the held-out unseen clients
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -252,3 +254,26 @@ class EvalProtocol:
             "eval/on_missing_personal": self.on_missing_personal,
             "eval/paper_compat": self.paper_compat or "none",
         }
+
+    @classmethod
+    def from_hparams(cls, values: Mapping[str, Any]) -> EvalProtocol:
+        """The protocol a run logged with :meth:`hparams` (its ``hparams.yaml``), to report finished runs by it.
+
+        ``clients`` comes back resolved (``participated`` for ``model: personal``), so :meth:`describe`
+        prints the same line. Numbers may come back as floats (TensorBoard's HParams session).
+
+        Raises:
+            KeyError: If an ``eval/<field>`` is missing (a run older than ``model.eval``).
+            ConfigError: If the values are no valid protocol.
+
+        Example:
+            >>> p = EvalProtocol(model="personal", rounds="mean_last", last_r=3)
+            >>> EvalProtocol.from_hparams(p.hparams()).describe() == p.describe()
+            True
+        """
+        names = {name: values[f"eval/{name}"] for name in ("model", "clients", "rounds", "weighting",
+                                                            "on_missing_personal")}
+        counts = {name: int(values[f"eval/{name}"]) for name in ("finetune_steps", "finetune_epochs", "last_r")}
+        compat = values["eval/paper_compat"]
+        return cls(**names, **counts, unseen_fraction=float(values["eval/unseen_fraction"]),
+                   paper_compat=None if compat == "none" else compat)

@@ -16,6 +16,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from lightning_fl.engines.evaluation import GlobalModelView
+from lightning_fl.personalization.protocol import EvalProtocol
 from lightning_fl.simulation.lr_schedule import ClientLrSchedule
 from lightning_fl.state.flat_state import FlatStateLayout
 
@@ -105,6 +106,8 @@ class Federation:
         evaluated: What ``val/*`` and ``test/*`` score, for table titles: ``global model``, ``personal models``
             or ``fine-tuned global model`` (``model.eval.model``).
         evaluation: The declared evaluation protocol in one line (``model.eval``), printed above every table.
+        eval_protocol: The declared evaluation protocol itself (its ``rounds`` rule chooses the evaluations the
+            final table reports); ``None`` outside a run, read as the default (``rounds: last``).
     """
 
     num_clients: int
@@ -125,6 +128,7 @@ class Federation:
     batchnorm_entries: frozenset[str] = frozenset()
     evaluated: str = "global model"
     evaluation: str = ""
+    eval_protocol: EvalProtocol | None = None
 
     def trainable_mask(self) -> Tensor:
         """``(d,)`` bool on :attr:`device`: the flat entries of trainable parameters."""

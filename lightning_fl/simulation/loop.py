@@ -305,6 +305,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             global_model=GlobalModelView(self.model, self.data, self.layout, self.eval_batch_size, self.sharding),
             head_prefixes=tuple(self.model.head_prefixes), batchnorm_entries=batchnorm_entries(self.model),
             evaluated=self.protocol_evaluation.evaluated, evaluation=self.eval_protocol.describe(),
+            eval_protocol=self.eval_protocol,
         )
         self.federated_callbacks = callbacks
         self.rounds = RoundRunner(self.model, self.engine, self.sampler, self.store, self.hierarchy, self.federation,

@@ -64,11 +64,10 @@ class ProtocolEvaluation:
         aggregator, n = parts["aggregator"], parts["data"].num_clients
         if protocol is None:
             protocol = EvalProtocol(model="global" if aggregator.has_global_model else "personal")
-        if protocol.rounds != "last" or protocol.paper_compat is not None:
-            # The selection rules exist as functions (personal_metrics.select_rounds); the final table does not apply them yet.
-            raise ConfigError("model.eval.rounds: training runs report rounds: last so far (mean_last, best_val and"
-                              " paper_compat: max_test are computed from fairness_history.csv by"
-                              " lightning_fl.functional.personal_metrics.select_rounds); use rounds: last")
+        if protocol.rounds == "best_val" and not parts["data"].has_validation:
+            # t* is chosen on val/*; choosing it on test/* instead would be the refused best-on-test rule.
+            raise ConfigError("model.eval.rounds: best_val chooses t* on the validation splits, but data.val_fraction"
+                              " is 0; set data.val_fraction > 0 (e.g. 0.1) or rounds: last or mean_last")
         protocol.check(n, method_name=type(aggregator).__name__, method_has_personal_model=aggregator.personal_model,
                        method_has_global=aggregator.has_global_model)
         unseen = protocol.unseen_clients(seed, n)

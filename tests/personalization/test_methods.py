@@ -193,9 +193,3 @@ def test_unseen_clients_never_train_and_give_the_participation_gap() -> None:
     assert int(loop.store.participation[held_out]) == 0
     assert int((loop.store.participation > 0).sum()) == N - 1
     assert "test/gap_client_mean" in trainer.callback_metrics
-
-
-def test_round_rules_the_table_does_not_apply_yet_are_refused_in_one_line() -> None:
-    with pytest.raises(ConfigError, match="model.eval.rounds") as caught:
-        _fit(Ditto(), rounds=1, protocol=EvalProtocol(model="personal", rounds="mean_last"))
-    assert "\n" not in str(caught.value)
