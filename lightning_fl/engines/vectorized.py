@@ -13,6 +13,12 @@ Unequal ``tau_k``: a chunk's clients are sorted by decreasing ``tau_k``, so at e
 still training are a prefix. When clients finish, the parameters and the optimizer's per-client
 state are replaced by views of that prefix: finished clients' rows are then neither computed nor
 touched (not even by weight decay or momentum), with no per-step masking cost.
+
+BatchNorm (:mod:`lightning_fl.engines.batched_bn`): each client's running statistics are rows
+``(C, F)`` beside its parameters, bound to the formulation with them and updated in place by the
+train-mode forward from the client's real samples only; they are written into the cohort weights as
+parameters are. ``num_batches_tracked`` (an integer buffer) is the first cohort member's, as in the
+sequential engine: ``w^t``'s count plus that client's ``tau_k``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_fl.engines.base import ClientEngine, LocalTrainingPlan, final_epoch_samples
+from lightning_fl.engines.batched_bn import running_statistics, smallest_batch
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.engines.cohort_accuracy import cohort_accuracies
 from lightning_fl.engines.formulation import analyse_model, build_forward, verify
@@ -99,8 +106,10 @@ class VectorizedEngine(ClientEngine):
             self.fallback.setup(model, data, store)
             return
         self._named = [(n, p.requires_grad) for n, p in model.named_parameters()]
-        names = {n for n, _ in self._named}
-        self._constant = [e for e in self.layout.float_entries if e.name not in names]  # float buffers
+        # BatchNorm running statistics train per client beside the parameters; other float buffers are constant.
+        self._stats, self._counters = running_statistics(model)
+        names = {n for n, _ in self._named} | set(self._stats)
+        self._constant = [e for e in self.layout.float_entries if e.name not in names]
         self._default_loss = type(model).loss is ClientModule.loss
         self._sizes, self._offsets = data.train_sizes().tolist(), data.train_offsets.tolist()
         rank_zero_info(f"Vectorized engine: {self.forward.kind} formulation ({analysis.reason})")
@@ -124,9 +133,11 @@ class VectorizedEngine(ClientEngine):
             del full  # the chunk's parameters: freed before the next chunk trains
             train_acc[index], train_loss[index] = acc, loss
             extra_parts.append((index, extra))
-        # Integer buffers are never trained here (no BatchNorm): the first member's equal the global ones.
+        # Integer buffers are the first member's (docs/algorithms.md, Notation): w^t's, except that
+        # each BatchNorm counter has counted that client's tau_k train-mode steps.
         state = self.model.state_dict() if self.layout.other_names else {}
-        int_state = {n: state[n].clone() for n in self.layout.other_names}
+        first = int(ctx.num_steps[0]) if num_clients else 0
+        int_state = {n: state[n] + first if n in self._counters else state[n].clone() for n in self.layout.other_names}
         return weights, int_state, train_acc, train_loss, _merge_extras(extra_parts, num_clients)
 
     @override
@@ -135,7 +146,8 @@ class VectorizedEngine(ClientEngine):
         if self.fallback is not None:
             return super()._trained_accuracy(client_ids, weights)
         ids = client_ids.tolist()
-        return cohort_accuracies(self.forward, self.layout, weights, {n for n, _ in self._named}, self.data.x_train,
+        return cohort_accuracies(self.forward, self.layout, weights, {n for n, _ in self._named} | set(self._stats),
+                                 self.data.x_train,
                                  self.data.y_train, [self._offsets[k] for k in ids], [self._sizes[k] for k in ids],
                                  self.plan.max_parallel_clients)
 
@@ -182,13 +194,18 @@ class VectorizedEngine(ClientEngine):
         fused = isinstance(self.forward, FusedLinearChain)
         batches = StagedBatches(schedule, self.data.x_train, self.data.y_train,
                                 self.model.num_classes if fused else None)
-        stats = FinalEpochStats(schedule, batches)
+        final_stats = FinalEpochStats(schedule, batches)
         # Every client starts from w^t (or its start row); `full` holds all C rows, the optimizer sees the active prefix.
+        state = self.model.state_dict()
         if chunk.start_rows is None:
             full = {n: p.detach().unsqueeze(0).repeat(num, *[1] * p.dim()) for n, p in self.model.named_parameters()}
+            stats = {n: state[n].float().unsqueeze(0).repeat(num, 1) for n in self._stats}
         else:
             start = self.layout.unflatten(chunk.start_rows)
             full = {n: start[n].to(p.dtype).clone() for n, p in self.model.named_parameters()}
+            stats = {n: start[n].float().clone() for n in self._stats}
+        if self._stats:
+            self.forward.start_pass(state, smallest_batch(sizes, ctx.num_steps[index].tolist(), plan.batch_size))
         leaves = [full[n].detach().requires_grad_(trainable and n not in ctx.frozen) for n, trainable in self._named]
         optimizer = plan.optimizer_factory(leaves)
         if saved is not None:
@@ -196,23 +213,24 @@ class VectorizedEngine(ClientEngine):
         hooks.on_local_train_start(chunk)
         # The hand-written path needs no autograd graph (a hook's loss term enables it locally).
         with torch.no_grad() if fused else torch.enable_grad():
-            kept = self._steps(chunk, schedule, batches, stats, full, leaves, optimizer, hooks)
+            kept = self._steps(chunk, schedule, batches, final_stats, full, stats, leaves, optimizer, hooks)
         for row, client in enumerate(ids.tolist()):
             if kept:
                 self.store.save_optimizer_state(client, kept[row])
         chunk.active[:] = False
         extra = hooks.on_local_train_end(chunk, full)
-        correct, loss_sum = stats.totals(per_sample_cross_entropy if self._default_loss else self._per_sample_loss, num)
+        per_sample = per_sample_cross_entropy if self._default_loss else self._per_sample_loss
+        correct, loss_sum = final_stats.totals(per_sample, num)
         seen = final_epoch_samples(torch.tensor(sizes), ctx.num_steps[index], plan.batch_size).double()
-        return full, correct / seen, loss_sum / seen, extra
+        return {**full, **stats}, correct / seen, loss_sum / seen, extra
 
     def _steps(self, chunk: LocalTrainingContext, schedule: ChunkSchedule, batches: StagedBatches,
-               stats: FinalEpochStats, full: dict[str, Tensor], leaves: list[Tensor], optimizer: Optimizer,
-               hooks: ClientHookSet) -> dict[int, dict]:
+               stats: FinalEpochStats, full: dict[str, Tensor], running: dict[str, Tensor], leaves: list[Tensor],
+               optimizer: Optimizer, hooks: ClientHookSet) -> dict[int, dict]:
         """Every local step of a chunk; returns the kept per-client optimizer states (if kept)."""
         keep, kept = self.store.keep_optimizer_state, {}
         local_step = LocalStep(hooks, optimizer, self._make_scaler(), self.plan.step_lr)
-        target = _StackedClients(self, full, leaves, batches)
+        target = _StackedClients(self, full, leaves, batches, running)
         for step, now in enumerate(schedule.active):
             if now != target.active:  # the last clients finished: train only the prefix from now on
                 if keep:
@@ -235,8 +253,9 @@ class VectorizedEngine(ClientEngine):
         return vmap(lambda out, target: self.model.loss(out.unsqueeze(0), target.unsqueeze(0)))(logits, y).float()
 
     def _write_rows(self, weights: Tensor, rows: Tensor, full: dict[str, Tensor], start: Tensor | None) -> None:
-        """Copy a chunk's parameters into ``weights[rows]`` entry by entry (no ``(C, d)`` temporary);
-        float buffers (never trained here) keep their start value: ``w^t``'s, or each client's start row."""
+        """Copy a chunk's parameters and running statistics into ``weights[rows]`` entry by entry (no
+        ``(C, d)`` temporary); other float buffers (never trained) keep their start value: ``w^t``'s, or
+        each client's start row."""
         state = self.model.state_dict() if self._constant and start is None else {}
         for entry in self.layout.float_entries:
             if entry.name in full:
@@ -252,12 +271,14 @@ class _StackedClients(StepTarget):
     """A chunk's local step on stacked parameters; hooks see all ``C`` rows, finished rows constant.
 
     ``full`` holds every client's parameters ``(C, *shape)``; the optimizer's ``leaves`` are views of
-    the prefix of clients still training (``active`` rows, see the module docstring).
+    the prefix of clients still training (``active`` rows, see the module docstring). ``running``:
+    BatchNorm running statistics ``(C, F)``, bound with the leaves (the same prefix) and updated in
+    place by the forward.
     """
 
     def __init__(self, engine: VectorizedEngine, full: dict[str, Tensor], leaves: list[Tensor],
-                 batches: StagedBatches) -> None:
-        self.engine, self.full, self.batches = engine, full, batches
+                 batches: StagedBatches, running: dict[str, Tensor] | None = None) -> None:
+        self.engine, self.full, self.batches, self.running = engine, full, batches, running or {}
         self.fused = isinstance(engine.forward, FusedLinearChain)
         self.autocast = _AUTOCAST.get(engine.plan.precision)
         self.step = 0
@@ -269,7 +290,10 @@ class _StackedClients(StepTarget):
         self.leaves = leaves
         self.named = dict(zip(self.full, leaves))
         self.active = len(leaves[0])
-        self.engine.forward.bind(self.named)
+        if self.running:
+            self.engine.forward.bind({**self.named, **{n: s[: self.active] for n, s in self.running.items()}})
+        else:
+            self.engine.forward.bind(self.named)
 
     def _hook_params(self) -> dict[str, Tensor]:
         """``(C, ...)`` parameters in autograd for ``local_loss_term``: live rows, then finished rows (constant)."""
@@ -293,6 +317,8 @@ class _StackedClients(StepTarget):
                 leaf.grad = grads.get(name) if leaf.requires_grad else None
             return logits
         device = engine.model.device
+        if self.running:  # batch statistics of the real samples only (padding rows have weight 0)
+            engine.forward.sample_mask = self.batches.real[self.step]
         with torch.autocast(device.type, dtype=self.autocast, enabled=self.autocast is not None):
             logits = engine.forward(x)
         total = (engine._per_sample_loss(logits, y) * weight.squeeze(1)).sum()
