@@ -23,8 +23,6 @@ sequential engine: ``w^t``'s count plus that client's ``tau_k``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 from pytorch_lightning.utilities import rank_zero_info
@@ -40,7 +38,7 @@ from lightning_fl.engines.cohort_accuracy import cohort_accuracies
 from lightning_fl.engines.formulation import analyse_model, build_forward, verify
 from lightning_fl.engines.fused import FusedLinearChain
 from lightning_fl.engines.hooks import ClientHookSet
-from lightning_fl.engines.local_step import LocalStep, LossTerm, StepTarget
+from lightning_fl.engines.local_step import LocalStep
 from lightning_fl.engines.optimizers import (
     client_state,
     load_state,
@@ -51,6 +49,7 @@ from lightning_fl.engines.optimizers import (
 )
 from lightning_fl.engines.schedule import ChunkSchedule, build_schedule
 from lightning_fl.engines.sequential import SequentialEngine
+from lightning_fl.engines.stacked import StackedClients
 from lightning_fl.engines.staging import (
     FinalEpochStats,
     StagedBatches,
@@ -60,9 +59,6 @@ from lightning_fl.faults.validation import ConfigError
 from lightning_fl.models.base import ClientModule
 from lightning_fl.state.client_state import ClientStateStore
 from lightning_fl.state.data import FederatedData
-
-_AUTOCAST = {"bf16-mixed": torch.bfloat16, "bf16": torch.bfloat16, "16-mixed": torch.float16, "16": torch.float16}
-
 
 class VectorizedEngine(ClientEngine):
     """Trains the cohort in chunks of at most ``max_parallel_clients`` clients, each chunk at once.
@@ -230,7 +226,7 @@ class VectorizedEngine(ClientEngine):
         """Every local step of a chunk; returns the kept per-client optimizer states (if kept)."""
         keep, kept = self.store.keep_optimizer_state, {}
         local_step = LocalStep(hooks, optimizer, self._make_scaler(), self.plan.step_lr)
-        target = _StackedClients(self, full, leaves, batches, running)
+        target = StackedClients(self.forward, self._per_sample_loss, self.plan.precision, full, leaves, batches, running)
         for step, now in enumerate(schedule.active):
             if now != target.active:  # the last clients finished: train only the prefix from now on
                 if keep:
@@ -265,112 +261,6 @@ class VectorizedEngine(ClientEngine):
             else:
                 source = state[entry.name].unsqueeze(0)
             weights[rows, entry.start : entry.stop] = source.reshape(source.shape[0], -1).to(weights.dtype)
-
-
-class _StackedClients(StepTarget):
-    """A chunk's local step on stacked parameters; hooks see all ``C`` rows, finished rows constant.
-
-    ``full`` holds every client's parameters ``(C, *shape)``; the optimizer's ``leaves`` are views of
-    the prefix of clients still training (``active`` rows, see the module docstring). ``running``:
-    BatchNorm running statistics ``(C, F)``, bound with the leaves (the same prefix) and updated in
-    place by the forward.
-    """
-
-    def __init__(self, engine: VectorizedEngine, full: dict[str, Tensor], leaves: list[Tensor],
-                 batches: StagedBatches, running: dict[str, Tensor] | None = None) -> None:
-        self.engine, self.full, self.batches, self.running = engine, full, batches, running or {}
-        self.fused = isinstance(engine.forward, FusedLinearChain)
-        self.autocast = _AUTOCAST.get(engine.plan.precision)
-        self.step = 0
-        self.stats_buffer = None
-        self.narrow(leaves)
-
-    def narrow(self, leaves: list[Tensor]) -> None:
-        """Train ``leaves`` (views of the first rows of ``full``) from now on."""
-        self.leaves = leaves
-        self.named = dict(zip(self.full, leaves))
-        self.active = len(leaves[0])
-        if self.running:
-            self.engine.forward.bind({**self.named, **{n: s[: self.active] for n, s in self.running.items()}})
-        else:
-            self.engine.forward.bind(self.named)
-
-    def _hook_params(self) -> dict[str, Tensor]:
-        """``(C, ...)`` parameters in autograd for ``local_loss_term``: live rows, then finished rows (constant)."""
-        if self.active == next(iter(self.full.values())).shape[0]:
-            return self.named
-        return {n: torch.cat([leaf, self.full[n][self.active:]]) for n, leaf in self.named.items()}
-
-    @override
-    def gradients(self, loss_term: LossTerm | None, scaler: torch.amp.GradScaler | None) -> Tensor:
-        x, y, weight, offset = self.batches.get(self.step)
-        engine, active = self.engine, self.active
-        if self.fused:
-            # Logits go straight into the statistics buffer (offset has their shape; dtype: the params').
-            out = self.stats_buffer(offset.to(self.leaves[0].dtype)) if self.stats_buffer is not None else None
-            for leaf in self.leaves:  # last step's gradients go before this step's exist (peak memory)
-                leaf.grad = None
-            grads, logits = engine.forward.gradients(x, weight, offset, out)
-            if loss_term is not None:
-                self._add_term_gradients(grads, loss_term)
-            for name, leaf in self.named.items():
-                leaf.grad = grads.get(name) if leaf.requires_grad else None
-            return logits
-        device = engine.model.device
-        if self.running:  # batch statistics of the real samples only (padding rows have weight 0)
-            engine.forward.sample_mask = self.batches.real[self.step]
-        with torch.autocast(device.type, dtype=self.autocast, enabled=self.autocast is not None):
-            logits = engine.forward(x)
-        total = (engine._per_sample_loss(logits, y) * weight.squeeze(1)).sum()
-        if loss_term is not None:
-            term = loss_term(self._hook_params())
-            total = total if term is None else total + term[:active].sum()
-        for leaf in self.leaves:
-            leaf.grad = None
-        (scaler.scale(total) if scaler else total).backward()
-        return logits
-
-    def _add_term_gradients(self, grads: dict[str, Tensor], loss_term: LossTerm) -> None:
-        with torch.enable_grad():
-            term = loss_term(self._hook_params())
-            if term is None:
-                return
-            trainable = [(n, leaf) for n, leaf in self.named.items() if leaf.requires_grad]
-            extra = torch.autograd.grad(term[: self.active].sum(), [leaf for _, leaf in trainable], allow_unused=True)
-        for (name, _), value in zip(trainable, extra):
-            if value is not None:
-                grads[name] = value if name not in grads else grads[name] + value
-
-    @override
-    def correct_gradients(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None]) -> None:
-        """The hook sees ``(C, ...)`` gradients (zeros for finished clients); the active rows are kept."""
-        full, active = self.full, self.active
-        grads = {}
-        for name, leaf in self.named.items():
-            if leaf.grad is None:
-                continue
-            grad = leaf.grad
-            if active < full[name].shape[0]:
-                grad = torch.cat([grad, grad.new_zeros(full[name].shape[0] - active, *grad.shape[1:])])
-            grads[name] = grad
-        hook(full, grads)
-        for name, grad in grads.items():
-            self.named[name].grad = grad[:active]
-
-    @override
-    def snapshot(self) -> dict[str, Tensor]:
-        return {n: t.clone() for n, t in self.full.items()}
-
-    @override
-    def after_step(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None],
-                   before: dict[str, Tensor]) -> None:
-        """``step_delta = w_after - w_before``; finished clients are restored whatever the hook wrote."""
-        full, active = self.full, self.active
-        with torch.no_grad():
-            hook(full, {n: full[n] - before[n] for n in full})
-            for name, value in full.items():
-                if active < value.shape[0]:
-                    value[active:].copy_(before[name][active:])
 
 
 def _merge_extras(parts: list[tuple[Tensor, dict[str, Tensor]]], num_clients: int) -> dict[str, Tensor]:
