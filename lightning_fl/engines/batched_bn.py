@@ -1,5 +1,7 @@
 """BatchNorm over a folded cohort batch: each client's batch normalised with its own statistics.
 
+docs/algorithms.md, Local training: both engines train BatchNorm as ``nn.BatchNorm*d`` does per client.
+
 A BatchNorm layer is the one common layer whose output mixes the samples of a batch, so the cohort
 formulation cannot run it on the folded batch ``(C * B, ...)`` as it is: every client ``c`` must see
 the statistics of its own rows ``c*B:(c+1)*B`` only, and only of its *real* rows. A client whose
