@@ -36,8 +36,8 @@ class CohortForward(ABC):
 
     Attributes:
         params: The bound ``{name: (C, *shape)}`` tensors (parameters, and BatchNorm running statistics).
-        sample_mask: ``(C * B,)`` bool: the rows that are real samples, which alone enter batch
-            statistics (the engine sets it every step); ``None``: every row is.
+        sample_mask: ``(C * B,)``, true or 1 for the rows that are real samples, which alone enter
+            batch statistics (the engine sets it every step); ``None``: every row is.
         smallest_batch: The fewest real samples of any client batch of this pass (``None``: unknown).
     """
 

@@ -71,7 +71,7 @@ def smallest_batch(sizes: list[int], num_steps: list[int], batch_size: int) -> i
 class FoldedBatchNorm(FoldedLayer):
     """``BatchNorm1d/2d/3d`` with per-client (masked) batch and running statistics (module docstring).
 
-    Reads the owner's ``sample_mask`` (``(C * B,)`` bool, ``None``: every row is real) and
+    Reads the owner's ``sample_mask`` (``(C * B,)``, 1 for real rows; ``None``: every row is real) and
     ``smallest_batch`` (to raise where ``nn.BatchNorm`` would on a batch of one value per channel).
     """
 

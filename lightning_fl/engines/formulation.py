@@ -201,7 +201,8 @@ def _verify_batch_norm(forward: CohortForward, model: ClientModule, stacked: dic
     forward.bind(stacked)
     got = forward(torch.cat([rows, rows])).detach().view(2, len(rows), -1)
     for c, params in enumerate(clients):
-        state = {**{n: b.clone() for n, b in model.named_buffers()}, **params, **{n: v.clone() for n, v in stats[c].items()}}
+        state = {n: b.clone() for n, b in model.named_buffers()}  # copies: the model's own are left alone
+        state.update({**params, **{n: v.clone() for n, v in stats[c].items()}})
         expected = functional_call(model, state, (rows[: real[c]],)).detach().reshape(real[c], -1)
         if not torch.allclose(got[c, : real[c]], expected, rtol=1e-4, atol=1e-5):
             return f"{forward.kind} outputs in train mode (BatchNorm) differ from the model's own forward"

@@ -60,6 +60,7 @@ from lightning_fl.models.base import ClientModule
 from lightning_fl.state.client_state import ClientStateStore
 from lightning_fl.state.data import FederatedData
 
+
 class VectorizedEngine(ClientEngine):
     """Trains the cohort in chunks of at most ``max_parallel_clients`` clients, each chunk at once.
 
@@ -142,9 +143,9 @@ class VectorizedEngine(ClientEngine):
         if self.fallback is not None:
             return super()._trained_accuracy(client_ids, weights)
         ids = client_ids.tolist()
-        return cohort_accuracies(self.forward, self.layout, weights, {n for n, _ in self._named} | set(self._stats),
-                                 self.data.x_train,
-                                 self.data.y_train, [self._offsets[k] for k in ids], [self._sizes[k] for k in ids],
+        bound = {n for n, _ in self._named} | set(self._stats)  # each row's BN statistics normalise its samples
+        return cohort_accuracies(self.forward, self.layout, weights, bound, self.data.x_train, self.data.y_train,
+                                 [self._offsets[k] for k in ids], [self._sizes[k] for k in ids],
                                  self.plan.max_parallel_clients)
 
     def _chunks(self, ctx: LocalTrainingContext) -> list[tuple[list[int], list | None]]:
@@ -226,7 +227,8 @@ class VectorizedEngine(ClientEngine):
         """Every local step of a chunk; returns the kept per-client optimizer states (if kept)."""
         keep, kept = self.store.keep_optimizer_state, {}
         local_step = LocalStep(hooks, optimizer, self._make_scaler(), self.plan.step_lr)
-        target = StackedClients(self.forward, self._per_sample_loss, self.plan.precision, full, leaves, batches, running)
+        target = StackedClients(self.forward, self._per_sample_loss, self.plan.precision, full, leaves, batches,
+                                running)
         for step, now in enumerate(schedule.active):
             if now != target.active:  # the last clients finished: train only the prefix from now on
                 if keep:
