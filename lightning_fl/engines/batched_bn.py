@@ -78,7 +78,7 @@ class FoldedBatchNorm(FoldedLayer):
     def __init__(self, src: _BatchNorm, prefix: str, owner: CohortForward) -> None:
         super().__init__(src, prefix, owner)
         self.eps, self.momentum = src.eps, src.momentum
-        self.tracked = int(src.num_batches_tracked)
+        self.tracked = 0 if src.num_batches_tracked is None else int(src.num_batches_tracked)
 
     @override
     def forward(self, x: Tensor) -> Tensor:
