@@ -196,19 +196,25 @@ def test_optimizer_subclass_is_refused():
         build_engine("vectorized", plan, LogisticRegression(6, 4), torch.device("cpu"))
 
 
-def test_batchnorm_model_is_a_config_error():
-    class WithBatchNorm(ClientModule):
+@pytest.mark.parametrize(("norm", "message"), [
+    (lambda: nn.InstanceNorm1d(8, affine=True, track_running_stats=True), "InstanceNorm1d .*keeps running batch"),
+    (lambda: nn.SyncBatchNorm(8), "SyncBatchNorm .*keeps running batch"),
+    (lambda: nn.BatchNorm1d(8, track_running_stats=False), "BatchNorm1d .*has no running statistics"),
+], ids=["instance-norm", "sync-batch-norm", "batch-norm-without-running-stats"])
+def test_unsupported_batch_statistics_are_a_config_error(norm, message):
+    """BatchNorm1d/2d/3d train vectorized (tests/test_batchnorm_vectorized.py); these are refused."""
+    class WithNorm(ClientModule):
         def __init__(self) -> None:
             super().__init__(4, (6,))
-            self.net = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.Linear(8, 4))
+            self.net = nn.Sequential(nn.Linear(6, 8), norm(), nn.Linear(8, 4))
 
         def forward(self, x):
             return self.net(x)
 
     plan = LocalTrainingPlan(_momentum, 1, 5, 0, 0.05)
-    with pytest.raises(ConfigError, match=r"^engine: vectorized .*BatchNorm1d"):
-        build_engine("vectorized", plan, WithBatchNorm(), torch.device("cpu"))
-    assert isinstance(build_engine("auto", plan, WithBatchNorm(), torch.device("cpu")), SequentialEngine)
+    with pytest.raises(ConfigError, match=rf"^engine: vectorized .*{message}"):
+        build_engine("vectorized", plan, WithNorm(), torch.device("cpu"))
+    assert isinstance(build_engine("auto", plan, WithNorm(), torch.device("cpu")), SequentialEngine)
 
 
 @pytest.mark.parametrize(("model", "device", "expected"), [

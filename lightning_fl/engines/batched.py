@@ -14,8 +14,9 @@ to the stacked parameters. Two of them live here:
 * :class:`VmapForward`: ``torch.func.functional_call`` under ``vmap``, for models with layers this
   module does not know. Correct for any per-sample model that vmap supports; slower.
 
-Both assume a sample's output depends on that sample only (no batch statistics); models with
-BatchNorm are refused before either is built (see :mod:`lightning_fl.engines.formulation`).
+Both assume a sample's output depends on that sample only. BatchNorm, whose output depends on the
+batch, has its own batched layer (:mod:`lightning_fl.engines.batched_bn`, :class:`FoldedForward`
+only): it reads which rows are real samples from :attr:`CohortForward.sample_mask`.
 """
 
 from __future__ import annotations
@@ -31,12 +32,21 @@ from typing_extensions import override
 
 
 class CohortForward(ABC):
-    """A model evaluated with stacked per-client parameters (see the module docstring)."""
+    """A model evaluated with stacked per-client parameters (see the module docstring).
+
+    Attributes:
+        params: The bound ``{name: (C, *shape)}`` tensors (parameters, and BatchNorm running statistics).
+        sample_mask: ``(C * B,)``, true or 1 for the rows that are real samples, which alone enter
+            batch statistics (the engine sets it every step); ``None``: every row is.
+        smallest_batch: The fewest real samples of any client batch of this pass (``None``: unknown).
+    """
 
     kind = "cohort"
 
     def __init__(self) -> None:
         self.params: dict[str, Tensor] = {}
+        self.sample_mask: Tensor | None = None
+        self.smallest_batch: int | None = None
 
     def bind(self, params: dict[str, Tensor]) -> None:
         """Use ``params`` (``(C, *shape)`` each, ``C`` = clients now training) from the next call on."""

@@ -29,7 +29,7 @@ def prefix_correct(forward: CohortForward, params: dict[str, Tensor], x_train: T
 
     Args:
         forward: The cohort formulation (rebound here; the caller binds it again before training).
-        params: Trainable parameters ``{name: (C, *shape)}`` in the order of ``sizes``.
+        params: Parameters (and BatchNorm running statistics) ``{name: (C, *shape)}`` in the order of ``sizes``.
         x_train: All clients' training inputs.
         y_train: Their labels.
         offsets: ``C`` first rows of the clients in ``x_train``.
@@ -43,7 +43,7 @@ def prefix_correct(forward: CohortForward, params: dict[str, Tensor], x_train: T
     size = torch.tensor(list(sizes), device=device).unsqueeze(1)
     first = torch.tensor(list(offsets), device=device).unsqueeze(1)
     correct = torch.zeros(len(sizes), dtype=torch.long, device=device)
-    module = getattr(forward, "module", None)  # dropout off, as in any evaluation
+    module = getattr(forward, "module", None)  # dropout off and BatchNorm on running statistics, as in any evaluation
     if module is not None:
         module.eval()
     try:
@@ -74,9 +74,10 @@ def cohort_accuracies(forward: CohortForward, layout: FlatStateLayout, weights: 
     Args:
         forward: The engine's cohort formulation.
         layout: The flat layout of ``weights``.
-        weights: ``(K, d)`` trained weights ``y_k``; float buffers are not read (the formulation uses
-            the model's own, which the vectorized engine never trains).
-        trainable: Parameter names the formulation binds.
+        weights: ``(K, d)`` trained weights ``y_k``; of the float buffers only BatchNorm running
+            statistics are read (each row's own, in eval mode); others are the model's, which the
+            vectorized engine never trains.
+        trainable: Names the formulation binds: parameters and BatchNorm running statistics.
         x_train: All clients' training inputs.
         y_train: Their labels.
         offsets: ``K`` first rows of the cohort's clients in ``x_train`` (cohort order).

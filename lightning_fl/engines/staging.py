@@ -53,6 +53,8 @@ class StagedBatches:
         self._x_train, self._index = x_train, index.split(widths)
         # Column-shaped (rows, 1): the per-sample weight multiplies a row of logit gradients.
         self.weight = schedule.weight.unsqueeze(1).split(widths)
+        # 1 for the rows BatchNorm's batch statistics use, in the weights' dtype (no cast per layer and step).
+        self.real = (schedule.weight > 0).to(schedule.weight.dtype).split(widths)
         self.labels = y_train.index_select(0, index)
         self.y = self.labels.split(widths)
         self.x: tuple[Tensor, ...] | None = None

@@ -13,11 +13,15 @@ Unequal ``tau_k``: a chunk's clients are sorted by decreasing ``tau_k``, so at e
 still training are a prefix. When clients finish, the parameters and the optimizer's per-client
 state are replaced by views of that prefix: finished clients' rows are then neither computed nor
 touched (not even by weight decay or momentum), with no per-step masking cost.
+
+BatchNorm (:mod:`lightning_fl.engines.batched_bn`): each client's running statistics are rows
+``(C, F)`` beside its parameters, bound to the formulation with them and updated in place by the
+train-mode forward from the client's real samples only; they are written into the cohort weights as
+parameters are. ``num_batches_tracked`` (an integer buffer) is the first cohort member's, as in the
+sequential engine: ``w^t``'s count plus that client's ``tau_k``.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -28,12 +32,13 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from lightning_fl.engines.base import ClientEngine, LocalTrainingPlan, final_epoch_samples
+from lightning_fl.engines.batched_bn import running_statistics, smallest_batch
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.engines.cohort_accuracy import cohort_accuracies
 from lightning_fl.engines.formulation import analyse_model, build_forward, verify
 from lightning_fl.engines.fused import FusedLinearChain
 from lightning_fl.engines.hooks import ClientHookSet
-from lightning_fl.engines.local_step import LocalStep, LossTerm, StepTarget
+from lightning_fl.engines.local_step import LocalStep
 from lightning_fl.engines.optimizers import (
     client_state,
     load_state,
@@ -44,6 +49,7 @@ from lightning_fl.engines.optimizers import (
 )
 from lightning_fl.engines.schedule import ChunkSchedule, build_schedule
 from lightning_fl.engines.sequential import SequentialEngine
+from lightning_fl.engines.stacked import StackedClients
 from lightning_fl.engines.staging import (
     FinalEpochStats,
     StagedBatches,
@@ -53,8 +59,6 @@ from lightning_fl.faults.validation import ConfigError
 from lightning_fl.models.base import ClientModule
 from lightning_fl.state.client_state import ClientStateStore
 from lightning_fl.state.data import FederatedData
-
-_AUTOCAST = {"bf16-mixed": torch.bfloat16, "bf16": torch.bfloat16, "16-mixed": torch.float16, "16": torch.float16}
 
 
 class VectorizedEngine(ClientEngine):
@@ -99,8 +103,10 @@ class VectorizedEngine(ClientEngine):
             self.fallback.setup(model, data, store)
             return
         self._named = [(n, p.requires_grad) for n, p in model.named_parameters()]
-        names = {n for n, _ in self._named}
-        self._constant = [e for e in self.layout.float_entries if e.name not in names]  # float buffers
+        # BatchNorm running statistics train per client beside the parameters; other float buffers are constant.
+        self._stats, self._counters = running_statistics(model)
+        names = {n for n, _ in self._named} | set(self._stats)
+        self._constant = [e for e in self.layout.float_entries if e.name not in names]
         self._default_loss = type(model).loss is ClientModule.loss
         self._sizes, self._offsets = data.train_sizes().tolist(), data.train_offsets.tolist()
         rank_zero_info(f"Vectorized engine: {self.forward.kind} formulation ({analysis.reason})")
@@ -124,9 +130,11 @@ class VectorizedEngine(ClientEngine):
             del full  # the chunk's parameters: freed before the next chunk trains
             train_acc[index], train_loss[index] = acc, loss
             extra_parts.append((index, extra))
-        # Integer buffers are never trained here (no BatchNorm): the first member's equal the global ones.
+        # Integer buffers are the first member's (docs/algorithms.md, Notation): w^t's, except that
+        # each BatchNorm counter has counted that client's tau_k train-mode steps.
         state = self.model.state_dict() if self.layout.other_names else {}
-        int_state = {n: state[n].clone() for n in self.layout.other_names}
+        first = int(ctx.num_steps[0]) if num_clients else 0
+        int_state = {n: state[n] + first if n in self._counters else state[n].clone() for n in self.layout.other_names}
         return weights, int_state, train_acc, train_loss, _merge_extras(extra_parts, num_clients)
 
     @override
@@ -135,8 +143,9 @@ class VectorizedEngine(ClientEngine):
         if self.fallback is not None:
             return super()._trained_accuracy(client_ids, weights)
         ids = client_ids.tolist()
-        return cohort_accuracies(self.forward, self.layout, weights, {n for n, _ in self._named}, self.data.x_train,
-                                 self.data.y_train, [self._offsets[k] for k in ids], [self._sizes[k] for k in ids],
+        bound = {n for n, _ in self._named} | set(self._stats)  # each row's BN statistics normalise its samples
+        return cohort_accuracies(self.forward, self.layout, weights, bound, self.data.x_train, self.data.y_train,
+                                 [self._offsets[k] for k in ids], [self._sizes[k] for k in ids],
                                  self.plan.max_parallel_clients)
 
     def _chunks(self, ctx: LocalTrainingContext) -> list[tuple[list[int], list | None]]:
@@ -182,13 +191,18 @@ class VectorizedEngine(ClientEngine):
         fused = isinstance(self.forward, FusedLinearChain)
         batches = StagedBatches(schedule, self.data.x_train, self.data.y_train,
                                 self.model.num_classes if fused else None)
-        stats = FinalEpochStats(schedule, batches)
+        final_stats = FinalEpochStats(schedule, batches)
         # Every client starts from w^t (or its start row); `full` holds all C rows, the optimizer sees the active prefix.
+        state = self.model.state_dict()
         if chunk.start_rows is None:
             full = {n: p.detach().unsqueeze(0).repeat(num, *[1] * p.dim()) for n, p in self.model.named_parameters()}
+            stats = {n: state[n].float().unsqueeze(0).repeat(num, 1) for n in self._stats}
         else:
             start = self.layout.unflatten(chunk.start_rows)
             full = {n: start[n].to(p.dtype).clone() for n, p in self.model.named_parameters()}
+            stats = {n: start[n].float().clone() for n in self._stats}
+        if self._stats:
+            self.forward.start_pass(state, smallest_batch(sizes, ctx.num_steps[index].tolist(), plan.batch_size))
         leaves = [full[n].detach().requires_grad_(trainable and n not in ctx.frozen) for n, trainable in self._named]
         optimizer = plan.optimizer_factory(leaves)
         if saved is not None:
@@ -196,23 +210,25 @@ class VectorizedEngine(ClientEngine):
         hooks.on_local_train_start(chunk)
         # The hand-written path needs no autograd graph (a hook's loss term enables it locally).
         with torch.no_grad() if fused else torch.enable_grad():
-            kept = self._steps(chunk, schedule, batches, stats, full, leaves, optimizer, hooks)
+            kept = self._steps(chunk, schedule, batches, final_stats, full, stats, leaves, optimizer, hooks)
         for row, client in enumerate(ids.tolist()):
             if kept:
                 self.store.save_optimizer_state(client, kept[row])
         chunk.active[:] = False
         extra = hooks.on_local_train_end(chunk, full)
-        correct, loss_sum = stats.totals(per_sample_cross_entropy if self._default_loss else self._per_sample_loss, num)
+        per_sample = per_sample_cross_entropy if self._default_loss else self._per_sample_loss
+        correct, loss_sum = final_stats.totals(per_sample, num)
         seen = final_epoch_samples(torch.tensor(sizes), ctx.num_steps[index], plan.batch_size).double()
-        return full, correct / seen, loss_sum / seen, extra
+        return {**full, **stats}, correct / seen, loss_sum / seen, extra
 
     def _steps(self, chunk: LocalTrainingContext, schedule: ChunkSchedule, batches: StagedBatches,
-               stats: FinalEpochStats, full: dict[str, Tensor], leaves: list[Tensor], optimizer: Optimizer,
-               hooks: ClientHookSet) -> dict[int, dict]:
+               stats: FinalEpochStats, full: dict[str, Tensor], running: dict[str, Tensor], leaves: list[Tensor],
+               optimizer: Optimizer, hooks: ClientHookSet) -> dict[int, dict]:
         """Every local step of a chunk; returns the kept per-client optimizer states (if kept)."""
         keep, kept = self.store.keep_optimizer_state, {}
         local_step = LocalStep(hooks, optimizer, self._make_scaler(), self.plan.step_lr)
-        target = _StackedClients(self, full, leaves, batches)
+        target = StackedClients(self.forward, self._per_sample_loss, self.plan.precision, full, leaves, batches,
+                                running)
         for step, now in enumerate(schedule.active):
             if now != target.active:  # the last clients finished: train only the prefix from now on
                 if keep:
@@ -235,8 +251,9 @@ class VectorizedEngine(ClientEngine):
         return vmap(lambda out, target: self.model.loss(out.unsqueeze(0), target.unsqueeze(0)))(logits, y).float()
 
     def _write_rows(self, weights: Tensor, rows: Tensor, full: dict[str, Tensor], start: Tensor | None) -> None:
-        """Copy a chunk's parameters into ``weights[rows]`` entry by entry (no ``(C, d)`` temporary);
-        float buffers (never trained here) keep their start value: ``w^t``'s, or each client's start row."""
+        """Copy a chunk's parameters and running statistics into ``weights[rows]`` entry by entry (no
+        ``(C, d)`` temporary); other float buffers (never trained) keep their start value: ``w^t``'s, or
+        each client's start row."""
         state = self.model.state_dict() if self._constant and start is None else {}
         for entry in self.layout.float_entries:
             if entry.name in full:
@@ -246,105 +263,6 @@ class VectorizedEngine(ClientEngine):
             else:
                 source = state[entry.name].unsqueeze(0)
             weights[rows, entry.start : entry.stop] = source.reshape(source.shape[0], -1).to(weights.dtype)
-
-
-class _StackedClients(StepTarget):
-    """A chunk's local step on stacked parameters; hooks see all ``C`` rows, finished rows constant.
-
-    ``full`` holds every client's parameters ``(C, *shape)``; the optimizer's ``leaves`` are views of
-    the prefix of clients still training (``active`` rows, see the module docstring).
-    """
-
-    def __init__(self, engine: VectorizedEngine, full: dict[str, Tensor], leaves: list[Tensor],
-                 batches: StagedBatches) -> None:
-        self.engine, self.full, self.batches = engine, full, batches
-        self.fused = isinstance(engine.forward, FusedLinearChain)
-        self.autocast = _AUTOCAST.get(engine.plan.precision)
-        self.step = 0
-        self.stats_buffer = None
-        self.narrow(leaves)
-
-    def narrow(self, leaves: list[Tensor]) -> None:
-        """Train ``leaves`` (views of the first rows of ``full``) from now on."""
-        self.leaves = leaves
-        self.named = dict(zip(self.full, leaves))
-        self.active = len(leaves[0])
-        self.engine.forward.bind(self.named)
-
-    def _hook_params(self) -> dict[str, Tensor]:
-        """``(C, ...)`` parameters in autograd for ``local_loss_term``: live rows, then finished rows (constant)."""
-        if self.active == next(iter(self.full.values())).shape[0]:
-            return self.named
-        return {n: torch.cat([leaf, self.full[n][self.active:]]) for n, leaf in self.named.items()}
-
-    @override
-    def gradients(self, loss_term: LossTerm | None, scaler: torch.amp.GradScaler | None) -> Tensor:
-        x, y, weight, offset = self.batches.get(self.step)
-        engine, active = self.engine, self.active
-        if self.fused:
-            # Logits go straight into the statistics buffer (offset has their shape; dtype: the params').
-            out = self.stats_buffer(offset.to(self.leaves[0].dtype)) if self.stats_buffer is not None else None
-            for leaf in self.leaves:  # last step's gradients go before this step's exist (peak memory)
-                leaf.grad = None
-            grads, logits = engine.forward.gradients(x, weight, offset, out)
-            if loss_term is not None:
-                self._add_term_gradients(grads, loss_term)
-            for name, leaf in self.named.items():
-                leaf.grad = grads.get(name) if leaf.requires_grad else None
-            return logits
-        device = engine.model.device
-        with torch.autocast(device.type, dtype=self.autocast, enabled=self.autocast is not None):
-            logits = engine.forward(x)
-        total = (engine._per_sample_loss(logits, y) * weight.squeeze(1)).sum()
-        if loss_term is not None:
-            term = loss_term(self._hook_params())
-            total = total if term is None else total + term[:active].sum()
-        for leaf in self.leaves:
-            leaf.grad = None
-        (scaler.scale(total) if scaler else total).backward()
-        return logits
-
-    def _add_term_gradients(self, grads: dict[str, Tensor], loss_term: LossTerm) -> None:
-        with torch.enable_grad():
-            term = loss_term(self._hook_params())
-            if term is None:
-                return
-            trainable = [(n, leaf) for n, leaf in self.named.items() if leaf.requires_grad]
-            extra = torch.autograd.grad(term[: self.active].sum(), [leaf for _, leaf in trainable], allow_unused=True)
-        for (name, _), value in zip(trainable, extra):
-            if value is not None:
-                grads[name] = value if name not in grads else grads[name] + value
-
-    @override
-    def correct_gradients(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None]) -> None:
-        """The hook sees ``(C, ...)`` gradients (zeros for finished clients); the active rows are kept."""
-        full, active = self.full, self.active
-        grads = {}
-        for name, leaf in self.named.items():
-            if leaf.grad is None:
-                continue
-            grad = leaf.grad
-            if active < full[name].shape[0]:
-                grad = torch.cat([grad, grad.new_zeros(full[name].shape[0] - active, *grad.shape[1:])])
-            grads[name] = grad
-        hook(full, grads)
-        for name, grad in grads.items():
-            self.named[name].grad = grad[:active]
-
-    @override
-    def snapshot(self) -> dict[str, Tensor]:
-        return {n: t.clone() for n, t in self.full.items()}
-
-    @override
-    def after_step(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None],
-                   before: dict[str, Tensor]) -> None:
-        """``step_delta = w_after - w_before``; finished clients are restored whatever the hook wrote."""
-        full, active = self.full, self.active
-        with torch.no_grad():
-            hook(full, {n: full[n] - before[n] for n in full})
-            for name, value in full.items():
-                if active < value.shape[0]:
-                    value[active:].copy_(before[name][active:])
 
 
 def _merge_extras(parts: list[tuple[Tensor, dict[str, Tensor]]], num_clients: int) -> dict[str, Tensor]:

@@ -28,8 +28,8 @@ class MLP(ClientModule):
         in_features: Input dimension.
         num_classes: Number of classes.
         hidden: Width of each hidden layer.
-        batch_norm: A ``BatchNorm1d`` after each hidden linear layer (FedBN's personal part); the
-            sequential engine trains such a model (``engine: auto`` chooses it).
+        batch_norm: A ``BatchNorm1d`` after each hidden linear layer (FedBN's personal part); both
+            engines train it (the vectorized one with the batched formulation, not the hand-written one).
     """
 
     def __init__(self, in_features: int = 60, num_classes: int = 10, hidden: tuple[int, ...] = (200, 200),

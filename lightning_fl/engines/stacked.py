@@ -1,0 +1,135 @@
+"""The vectorized engine's :class:`~lightning_fl.engines.local_step.StepTarget`: a chunk of stacked clients.
+
+One local step of every client of a chunk still training (a prefix, see
+:mod:`lightning_fl.engines.vectorized`): gradients from the cohort formulation (hand-written or
+autograd), the hooks' loss terms on ``(C, ...)`` parameters, and the hooks' views of gradients and
+step deltas with finished clients' rows kept constant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import torch
+from torch import Tensor
+from typing_extensions import override
+
+from lightning_fl.engines.batched import CohortForward
+from lightning_fl.engines.fused import FusedLinearChain
+from lightning_fl.engines.local_step import LossTerm, StepTarget
+from lightning_fl.engines.staging import StagedBatches
+
+_AUTOCAST = {"bf16-mixed": torch.bfloat16, "bf16": torch.bfloat16, "16-mixed": torch.float16, "16": torch.float16}
+
+
+class StackedClients(StepTarget):
+    """A chunk's local step on stacked parameters; hooks see all ``C`` rows, finished rows constant.
+
+    Args:
+        forward: The engine's cohort formulation.
+        per_sample_loss: ``(logits, y) -> (rows,)`` losses (autograd formulations).
+        precision: The Trainer's precision string (autocast for the autograd formulations).
+        full: Every client's parameters ``(C, *shape)``.
+        leaves: The optimizer's leaves: views of the prefix of ``full`` still training (``active`` rows,
+            see :mod:`lightning_fl.engines.vectorized`).
+        batches: The chunk's staged batches.
+        running: BatchNorm running statistics ``(C, F)``, bound with the leaves (the same prefix) and
+            updated in place by the forward.
+    """
+
+    def __init__(self, forward: CohortForward, per_sample_loss: Callable[[Tensor, Tensor], Tensor], precision: str,
+                 full: dict[str, Tensor], leaves: list[Tensor], batches: StagedBatches,
+                 running: dict[str, Tensor] | None = None) -> None:
+        self.forward, self.per_sample_loss = forward, per_sample_loss
+        self.full, self.batches, self.running = full, batches, running or {}
+        self.fused = isinstance(forward, FusedLinearChain)
+        self.autocast = _AUTOCAST.get(precision)
+        self.step = 0
+        self.stats_buffer = None
+        self.narrow(leaves)
+
+    def narrow(self, leaves: list[Tensor]) -> None:
+        """Train ``leaves`` (views of the first rows of ``full``) from now on."""
+        self.leaves = leaves
+        self.named = dict(zip(self.full, leaves))
+        self.active = len(leaves[0])
+        if self.running:
+            self.forward.bind({**self.named, **{n: s[: self.active] for n, s in self.running.items()}})
+        else:
+            self.forward.bind(self.named)
+
+    def _hook_params(self) -> dict[str, Tensor]:
+        """``(C, ...)`` parameters in autograd for ``local_loss_term``: live rows, then finished rows (constant)."""
+        if self.active == next(iter(self.full.values())).shape[0]:
+            return self.named
+        return {n: torch.cat([leaf, self.full[n][self.active:]]) for n, leaf in self.named.items()}
+
+    @override
+    def gradients(self, loss_term: LossTerm | None, scaler: torch.amp.GradScaler | None) -> Tensor:
+        x, y, weight, offset = self.batches.get(self.step)
+        forward, active = self.forward, self.active
+        if self.fused:
+            # Logits go straight into the statistics buffer (offset has their shape; dtype: the params').
+            out = self.stats_buffer(offset.to(self.leaves[0].dtype)) if self.stats_buffer is not None else None
+            for leaf in self.leaves:  # last step's gradients go before this step's exist (peak memory)
+                leaf.grad = None
+            grads, logits = forward.gradients(x, weight, offset, out)
+            if loss_term is not None:
+                self._add_term_gradients(grads, loss_term)
+            for name, leaf in self.named.items():
+                leaf.grad = grads.get(name) if leaf.requires_grad else None
+            return logits
+        device = x.device
+        if self.running:  # batch statistics of the real samples only (padding rows have weight 0)
+            forward.sample_mask = self.batches.real[self.step]
+        with torch.autocast(device.type, dtype=self.autocast, enabled=self.autocast is not None):
+            logits = forward(x)
+        total = (self.per_sample_loss(logits, y) * weight.squeeze(1)).sum()
+        if loss_term is not None:
+            term = loss_term(self._hook_params())
+            total = total if term is None else total + term[:active].sum()
+        for leaf in self.leaves:
+            leaf.grad = None
+        (scaler.scale(total) if scaler else total).backward()
+        return logits
+
+    def _add_term_gradients(self, grads: dict[str, Tensor], loss_term: LossTerm) -> None:
+        with torch.enable_grad():
+            term = loss_term(self._hook_params())
+            if term is None:
+                return
+            trainable = [(n, leaf) for n, leaf in self.named.items() if leaf.requires_grad]
+            extra = torch.autograd.grad(term[: self.active].sum(), [leaf for _, leaf in trainable], allow_unused=True)
+        for (name, _), value in zip(trainable, extra):
+            if value is not None:
+                grads[name] = value if name not in grads else grads[name] + value
+
+    @override
+    def correct_gradients(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None]) -> None:
+        """The hook sees ``(C, ...)`` gradients (zeros for finished clients); the active rows are kept."""
+        full, active = self.full, self.active
+        grads = {}
+        for name, leaf in self.named.items():
+            if leaf.grad is None:
+                continue
+            grad = leaf.grad
+            if active < full[name].shape[0]:
+                grad = torch.cat([grad, grad.new_zeros(full[name].shape[0] - active, *grad.shape[1:])])
+            grads[name] = grad
+        hook(full, grads)
+        for name, grad in grads.items():
+            self.named[name].grad = grad[:active]
+
+    @override
+    def snapshot(self) -> dict[str, Tensor]:
+        return {n: t.clone() for n, t in self.full.items()}
+
+    @override
+    def after_step(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None],
+                   before: dict[str, Tensor]) -> None:
+        """``step_delta = w_after - w_before``; finished clients are restored whatever the hook wrote."""
+        full, active = self.full, self.active
+        with torch.no_grad():
+            hook(full, {n: full[n] - before[n] for n in full})
+            for name, value in full.items():
+                if active < value.shape[0]:
+                    value[active:].copy_(before[name][active:])
