@@ -28,6 +28,9 @@ HIERARCHY_FEDADP = {"model.hierarchy": {"num_institutions": 2, "local_rounds": 2
 SYSTEM = {"model.system": {"dropout": 0.3, "speed_mean": 3.0, "speed_sigma": 1.0, "deadline": 3.0,
                            "stragglers": "partial", "over_selection": 0.5}}
 
+#: A model with a head and a body (the tiny config's logistic regression is all head).
+MLP8 = {"class_path": "lightning_fl.models.MLP", "init_args": {"in_features": 60, "num_classes": 10, "hidden": [8]}}
+
 #: (callback class name, init_args, config overrides). Every stateful callback appears at least once.
 CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("FedFa", {}, {"model.optimizer.init_args.momentum": 0.9}),
@@ -58,6 +61,12 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("FairnessMetrics", {}, {}),
     ("RoundsToTarget", {"target": 0.3}, {}),
     ("ModelDivergence", {}, {}),
+    # Personalization: each client's personal part is declared client state (docs/personalization.md).
+    ("Ditto", {"lam": 0.5}, {"model.client": MLP8}),
+    ("FedRep", {"head_epochs": 2}, {"model.client": MLP8, "model.client_state": "disk"}),
+    ("FedPer", {}, {"model.client": MLP8}),
+    ("Local", {}, {"model.client": MLP8}),
+    ("FedBN", {}, {"model.client": {**MLP8, "init_args": {**MLP8["init_args"], "batch_norm": True}}}),
 ]
 
 

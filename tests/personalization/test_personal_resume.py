@@ -25,7 +25,8 @@ def _state(tmp_path, name):
     return weights, personal, [line for line in accuracy if line.startswith("4,")]
 
 
-@pytest.mark.parametrize("store", ["memory", "disk"])
+# Memory-stored rows are compared row by row in tests/test_state_contract.py (Ditto).
+@pytest.mark.parametrize("store", ["disk"])
 def test_two_plus_two_rounds_equal_four(tiny, tmp_path, store):
     whole = tiny(**DITTO, **{"model.client_state": store, "trainer.logger.init_args.name": "whole"})
     assert run_cli("fit", "--config", str(whole)) == 0
