@@ -19,7 +19,8 @@ from pytorch_lightning.strategies import DDPStrategy
 from lightning_fl import aggregation as ag
 from lightning_fl import callbacks as cb
 from lightning_fl.aggregation import attacks
-from lightning_fl.models import LogisticRegression
+from lightning_fl.models import MLP, LogisticRegression
+from lightning_fl.personalization import EvalProtocol
 from lightning_fl.privacy import AdaptiveClipping, DifferentialPrivacy
 from lightning_fl.simulation.hierarchy import Hierarchy
 from lightning_fl.simulation.loop import FederatedLoop
@@ -36,6 +37,14 @@ def _sgd(params):
 
 def _momentum(params):
     return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+
+
+def MLP8() -> MLP:  # noqa: N802 (a model factory named as the model)
+    return MLP(60, 10, hidden=(8,))
+
+
+def MLP8_BN() -> MLP:  # noqa: N802
+    return MLP(60, 10, hidden=(8,), batch_norm=True)
 
 
 #: name -> (callbacks, loop keyword arguments). Every algorithm of the project, the hierarchy with
@@ -91,17 +100,22 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     # model.dp: Poisson cohorts, the clip with adaptive C_t, the noise drawn once after the gather
     "DP-FedAvgM-adaptive": ([cb.FedAvgM()], {"dp": DifferentialPrivacy(
         noise_multiplier=1.0, clip_norm=0.5, sampling_rate=0.5, adaptive=AdaptiveClipping(count_noise=2.0))}),
+    # Personalization (docs/personalization.md): personal passes, partial sharing and personal evaluation, with
+    # 20% unseen clients scored fine-tuned; the personal rows are compared too
+    "Ditto-personal": ([cb.Ditto(lam=0.5)], {"client": MLP8, "eval": EvalProtocol(
+        model="personal", unseen_fraction=0.2, on_missing_personal="finetune", finetune_steps=2)}),
+    "FedRep-BatchNorm": ([cb.FedRep(head_epochs=2)], {"client": MLP8_BN}),
 }
 
 #: The pipeline cases run after training, on the gathered stack, so the engine does not change what they
 #: check; only the sequential engine (bitwise) runs them. (With the vectorized engine, whose rows differ
 #: by float rounding between chunkings, a row-picking rule could also flip a near-tie.)
-PIPELINE_CASES = frozenset(list(CASES)[list(CASES).index("MultiKrum"):])
+PIPELINE_CASES = frozenset(list(CASES)[list(CASES).index("MultiKrum"):list(CASES).index("Ditto-personal")])
 #: The cases also compared with the vectorized engine (equal to float rounding): one of each kind of
 #: client hook, server state and exchange. Every case runs with the sequential engine (bitwise); the
 #: rest of the vectorized pairs were left out to keep the suite's CPU time within CI's 10 minutes.
 VECTORIZED = frozenset({"FedAvg", "FedProx", "FedAdam", "Scaffold", "FedNova", "QFFL", "FedFa", "IGFL", "DWFed",
-                        "FedDyn", "Tempo", "KeptMomentum", "FedAvg-reduce", "KeptMomentum-system"})
+                        "FedDyn", "Tempo", "KeptMomentum", "FedAvg-reduce", "KeptMomentum-system", "Ditto-personal"})
 #: Every ``(case, engine)`` compared between one and two processes.
 COMPARED = [(name, engine) for name in CASES for engine in ("sequential", "vectorized")
             if engine == "sequential" or (name in VECTORIZED and name not in PIPELINE_CASES)]
@@ -111,8 +125,9 @@ def run_case(name: str, engine: str, world_size: int = 1, local_epochs: int = 2)
     """Train case ``name`` for :data:`ROUNDS` rounds; ``world_size > 1`` under torchrun (gloo)."""
     callbacks, kwargs = copy.deepcopy(CASES[name])
     kwargs = {"optimizer": _sgd, **kwargs}
+    client = kwargs.pop("client", lambda: LogisticRegression(60, 10))
     torch.manual_seed(0)
-    loop = FederatedLoop(client=LogisticRegression(60, 10), clients_per_round=5, local_epochs=local_epochs,
+    loop = FederatedLoop(client=client(), clients_per_round=5, local_epochs=local_epochs,
                          batch_size=10, seed=0, engine=engine, **kwargs)
     strategy = DDPStrategy(process_group_backend="gloo") if world_size > 1 else "auto"
     trainer = pl.Trainer(default_root_dir=tempfile.mkdtemp(prefix="lfl-"), max_epochs=ROUNDS, accelerator="cpu", devices=world_size, strategy=strategy, logger=False,
@@ -120,5 +135,8 @@ def run_case(name: str, engine: str, world_size: int = 1, local_epochs: int = 2)
                          num_sanity_val_steps=0, check_val_every_n_epoch=1, callbacks=callbacks)
     trainer.fit(loop, datamodule=SyntheticDataModule("1_1", num_clients=8, max_samples_per_client=80))
     fairness = next(c for c in trainer.callbacks if isinstance(c, cb.FairnessMetrics))
-    return {"weights": loop.layout.flatten(loop.model.state_dict()).clone(), "history": list(fairness.history),
-            "collectives": loop.sharding.collectives, "bytes": loop.sharding.bytes_exchanged}
+    personal = next((c.personal.gather(torch.arange(8)) for c in trainer.callbacks if hasattr(c, "personal")), None)
+    weights = loop.layout.flatten(loop.model.state_dict()).clone()
+    return {"weights": weights if personal is None else torch.cat([weights, personal.flatten()]),
+            "history": list(fairness.history), "collectives": loop.sharding.collectives,
+            "bytes": loop.sharding.bytes_exchanged}
