@@ -17,7 +17,7 @@ from lightning_fl.aggregation.pipeline import Combination
 from lightning_fl.engines.cohort import CohortUpdate
 from lightning_fl.faults.validation import ConfigError, check_choice
 from lightning_fl.functional.weights import WEIGHTINGS, fedavg_weights
-from lightning_fl.personalization.personal_part import compose, part_mask, part_names
+from lightning_fl.personalization.personal_part import part_mask, part_names
 from lightning_fl.reporting.round_logger import RoundLogger
 from lightning_fl.simulation.callback import AggregationCallback
 from lightning_fl.simulation.federation import Federation
@@ -94,7 +94,14 @@ class PersonalizedAggregation(AggregationCallback):
         first = ~torch.tensor(self.has_personal(client_ids), dtype=torch.bool, device=global_w.device)
         init = self.initial_w.to(global_w.device) if self.personal_init == "w0" else global_w
         personal[first] = init.unsqueeze(0).expand(int(first.sum()), -1)
-        return compose(global_w, personal, self.mask(global_w.device))
+        return self._with_shared(personal, global_w)
+
+    def _with_shared(self, personal: Tensor, global_w: Tensor) -> Tensor:
+        """``personal`` (``(K, d)``, overwritten) with the shared entries of ``global_w``: no second ``(K, d)``."""
+        shared = ~self.mask(global_w.device)
+        if bool(shared.any()):
+            personal[:, shared] = global_w[shared]
+        return personal
 
     def evaluated_rows(self, client_ids: Tensor, global_w: Tensor) -> Tensor:
         """``(K, d)``: each client's evaluated personal model with ``w^{t+1} = global_w`` (docs/algorithms.md).
@@ -106,7 +113,7 @@ class PersonalizedAggregation(AggregationCallback):
         if missing:
             raise ConfigError(f"model.eval: clients {missing[:10]} have no personal model yet ({type(self).__name__});"
                               " evaluate clients: participated, or set on_missing_personal: finetune")
-        return compose(global_w, self.personal.gather(client_ids, global_w.device), self.mask(global_w.device))
+        return self._with_shared(self.personal.gather(client_ids, global_w.device), global_w)
 
     def keep(self, update: CohortUpdate) -> None:
         """Store the personal part of each surviving client's trained row."""

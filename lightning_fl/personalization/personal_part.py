@@ -2,7 +2,7 @@
 
 Pure functions over the flat layout of the model state (:class:`~lightning_fl.state.flat_state.FlatStateLayout`):
 a part is a set of state-entry names and its ``(d,)`` mask, and a personal model is ``w^t`` with the
-client's entries of ``P`` in place (:func:`compose`).
+client's entries of ``P`` in place.
 """
 
 from __future__ import annotations
@@ -81,12 +81,3 @@ def part_mask(layout: FlatStateLayout, names: Iterable[str], device: torch.devic
             mask[entry.start : entry.stop] = True
     return mask
 
-
-def compose(global_w: Tensor, personal: Tensor, mask: Tensor) -> Tensor:
-    """``(K, d)``: ``global_w`` with each row's personal entries (``mask``) taken from ``personal``.
-
-    Example:
-        >>> compose(torch.tensor([1., 2., 3.]), torch.tensor([[7., 8., 9.]]), torch.tensor([False, True, False]))
-        tensor([[1., 8., 3.]])
-    """
-    return torch.where(mask, personal, global_w.unsqueeze(0))
