@@ -11,19 +11,27 @@ from lightning_fl.callbacks.personalized import PersonalizedAggregation
 from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
 from lightning_fl.engines.hooks import ClientHooks, ClientHookSet
 from lightning_fl.faults.validation import check_non_negative
-from lightning_fl.functional.fedprox import proximal_term
+from lightning_fl.functional.ditto import ditto_pull
 from lightning_fl.simulation.federation import Federation
 
 
 class _TowardsGlobal(ClientHooks):
-    """Ditto's personal objective: ``F_k(v) + lambda/2 ||v - w^t||^2`` with ``w^t`` fixed."""
+    """Ditto's personal objective ``F_k(v) + lambda/2 ||v - w^t||^2`` (``w^t`` fixed), as its gradient.
+
+    The term's gradient ``lambda (v - w^t)`` is added to the data gradient in place (as SCAFFOLD corrects
+    gradients) rather than through autograd: the vectorized engine's hand-written path then needs no graph.
+    """
 
     def __init__(self, lam: float) -> None:
         self.lam = lam
 
     @override
-    def local_loss_term(self, ctx: LocalTrainingContext, params: dict[str, Tensor]) -> Tensor | None:
-        return proximal_term(params, ctx.global_params, self.lam) if self.lam else None
+    def correct_local_gradients(self, ctx: LocalTrainingContext, params: dict[str, Tensor],
+                                grads: dict[str, Tensor]) -> None:
+        if not self.lam:
+            return
+        for name, grad in grads.items():
+            grad.add_(ditto_pull(params[name], ctx.global_params[name], self.lam).to(grad.dtype))
 
 
 class Ditto(PersonalizedAggregation):
