@@ -18,6 +18,7 @@ touched (not even by weight decay or momentum), with no per-step masking cost.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +28,7 @@ from torch.func import vmap
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_fl.engines.base import ClientEngine, LocalTrainingPlan, final_epoch_samples
+from lightning_fl.engines.base import ClientEngine, LocalTrainingPlan, distinct_steps, final_epoch_samples
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.engines.cohort_accuracy import cohort_accuracies
 from lightning_fl.engines.formulation import analyse_model, build_forward, verify
@@ -168,17 +169,16 @@ class VectorizedEngine(ClientEngine):
         index = torch.tensor(positions)
         ids = ctx.client_ids[index]
         sizes = [self._sizes[k] for k in ids.tolist()]
-        chunk = LocalTrainingContext(
-            round_idx=ctx.round_idx, client_ids=ids, cohort_size=ctx.cohort_size, num_steps=ctx.num_steps[index],
-            global_params=ctx.global_params, lr=ctx.lr, sub_round=ctx.sub_round, layout=ctx.layout,
-            active=torch.ones(num, dtype=torch.bool, device=device), frozen=ctx.frozen, stream=ctx.stream,
-            start_rows=None if ctx.start_rows is None else ctx.start_rows[index.to(ctx.start_rows.device)],
-        )
+        chunk = replace(  # the chunk's clients, with every pass option of ctx and a cache of its own
+            ctx, client_ids=ids, num_steps=ctx.num_steps[index], cache={},
+            active=torch.ones(num, dtype=torch.bool, device=device),
+            start_rows=None if ctx.start_rows is None else ctx.start_rows[index.to(ctx.start_rows.device)])
         id_list = ids.tolist()
         schedule = build_schedule(seed=plan.seed, round_idx=ctx.round_idx, sub_round=ctx.sub_round, client_ids=id_list,
                                   sizes=sizes, offsets=[self._offsets[k] for k in id_list],
                                   local_epochs=plan.local_epochs, batch_size=plan.batch_size, device=device,
-                                  num_steps=ctx.num_steps[index].tolist(), stream=ctx.stream)
+                                  num_steps=ctx.num_steps[index].tolist(), stream=ctx.stream,
+                                  batch_repeats=ctx.batch_repeats)
         fused = isinstance(self.forward, FusedLinearChain)
         batches = StagedBatches(schedule, self.data.x_train, self.data.y_train,
                                 self.model.num_classes if fused else None)
@@ -203,7 +203,8 @@ class VectorizedEngine(ClientEngine):
         chunk.active[:] = False
         extra = hooks.on_local_train_end(chunk, full)
         correct, loss_sum = stats.totals(per_sample_cross_entropy if self._default_loss else self._per_sample_loss, num)
-        seen = final_epoch_samples(torch.tensor(sizes), ctx.num_steps[index], plan.batch_size).double()
+        seen = final_epoch_samples(torch.tensor(sizes), distinct_steps(ctx.num_steps[index], ctx.batch_repeats),
+                                   plan.batch_size).double()
         return full, correct / seen, loss_sum / seen, extra
 
     def _steps(self, chunk: LocalTrainingContext, schedule: ChunkSchedule, batches: StagedBatches,
