@@ -53,6 +53,23 @@ def num_local_steps(num_samples: Tensor, local_epochs: int, batch_size: int) -> 
     return local_epochs * torch.div(num_samples + batch_size - 1, batch_size, rounding_mode="floor")
 
 
+def fixed_minibatches(num_samples: Tensor, batch_size: int, minibatches: int, batch_repeats: int = 1
+                      ) -> tuple[int, Tensor]:
+    """``(local_epochs, num_steps)`` of a pass in which every client draws exactly ``minibatches`` minibatches.
+
+    The pFedMe code's ``local_epochs`` counts minibatches, not epochs: a client cycles through its
+    epochs (each a fresh permutation here) until it has drawn ``minibatches`` of them, each stepped
+    ``batch_repeats`` times. The epochs are enough for the client with the fewest minibatches per epoch.
+
+    Example:
+        >>> fixed_minibatches(torch.tensor([45, 250]), 20, 5, batch_repeats=2)
+        (2, tensor([10, 10]))
+    """
+    per_epoch = torch.div(num_samples + batch_size - 1, batch_size, rounding_mode="floor").clamp_min(1)
+    epochs = -(-minibatches // int(per_epoch.min())) if len(num_samples) else 1
+    return epochs, torch.full_like(num_samples, minibatches * batch_repeats)
+
+
 def distinct_steps(num_steps: Tensor, batch_repeats: int) -> Tensor:
     """Minibatches drawn in ``num_steps`` local steps when every minibatch is stepped ``batch_repeats`` times.
 
