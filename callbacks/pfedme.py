@@ -83,7 +83,7 @@ class PFedMe(PersonalizedAggregation):
     stepped ``K`` times (``batch_repeats``). Under ``model.system`` the clients still take all their steps.
 
     Args:
-        lam: ``lambda > 0`` (SPEC default 15; the paper's Synthetic table: 20 MLR, 30 DNN).
+        lam: ``lambda > 0`` (default 15, the authors' README; their Synthetic table: 20 MLR, 30 DNN).
         lr: Outer learning rate ``eta`` of ``w_loc`` (default 0.005; the table: 0.01).
         inner_steps: ``K >= 1`` inner steps per minibatch.
         local_rounds: ``R >= 1`` minibatches per round.

@@ -109,7 +109,7 @@ def _scaled_down(scale: str) -> list[str]:
     lines = [("Table 1's numbers are recalled, not read (the table is an image in the authors' README and the paper's"
               " experiments section could not be read here; docs/reproduction/pfedme_table1_sources.md): the verdicts"
               " judge Table 1's orderings (PM > GM, GM > FedAvg, PM > FedAvg) over the seeds, not the values, and"
-              " SPEC's value test (within max(2 std, 0.5) points) is not applied."),
+              " the value test (within max(2 std, 0.5) points of the table) is not applied."),
              ("Metric: per run the best pooled test accuracy over the rounds (the authors' `average_data`), i.e. the"
               " round is chosen on test: an optimistic number (`test_optimistic`), shown beside the last round's."
               " Spread: sample standard deviation over the seeds (the authors' `np.std` is the population one)."),
