@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from torch import Tensor
 from typing_extensions import override
@@ -50,6 +51,14 @@ class FedAvg(AggregationCallback):
         if local_steps is not None:
             check_positive("local_steps", local_steps, integer=True)
         self.weighting, self.local_steps = weighting, local_steps
+
+    @property
+    def init_args(self) -> dict[str, Any]:
+        """The recorded arguments; ``local_steps`` only when set, so checkpoints from before it resume unchanged."""
+        args = super().init_args
+        if args.get("local_steps") is None:
+            args.pop("local_steps", None)
+        return args
 
     @override
     def on_federation_setup(self, federation: Federation) -> None:
