@@ -59,7 +59,8 @@ def test_schedule_repeats_every_minibatch():
     for j in range(3):
         base = [t[once.client == j].view(-1, 5) for t in (once.index, once.weight, once.final)]
         rep = [t[thrice.client == j].view(-1, 5) for t in (thrice.index, thrice.weight, thrice.final)]
-        assert torch.equal(rep[0], base[0].repeat_interleave(3, 0)) and torch.equal(rep[1], base[1].repeat_interleave(3, 0))
+        assert torch.equal(rep[0], base[0].repeat_interleave(3, 0))
+        assert torch.equal(rep[1], base[1].repeat_interleave(3, 0))
         assert torch.equal(rep[2][::3], base[2]) and not rep[2].view(-1, 3, 5)[:, 1:].any()  # counted once
 
 

@@ -85,7 +85,8 @@ def _claims() -> list[Claim]:
 
 
 def _setting(name: str, common: dict, dnn: bool) -> Setting:
-    model = {"class_path": "lightning_fl.models.MLP", "init_args": {"in_features": 60, "num_classes": 10, "hidden": [20]}}
+    model = {"class_path": "lightning_fl.models.MLP",
+             "init_args": {"in_features": 60, "num_classes": 10, "hidden": [20]}}
     pfedme = {"callbacks.PFedMe.lam": 30.0} if dnn else {}
     fedavg = {"callbacks.PFedMe": None,
               "callbacks.FedAvg": {"class_path": "lightning_fl.callbacks.FedAvg", "init_args": {"local_steps": 20}},
@@ -98,8 +99,8 @@ def _setting(name: str, common: dict, dnn: bool) -> Setting:
 
 def _settings(scale: str) -> list[Setting]:
     if scale == "smoke":
-        common = {"trainer.max_epochs": 2, "data.init_args.num_clients": 10, "data.init_args.max_samples_per_client": 100,
-                  "model.clients_per_round": 3, "callbacks.PFedMe.local_rounds": 2}
+        common = {"trainer.max_epochs": 2, "data.init_args.num_clients": 10, "model.clients_per_round": 3,
+                  "data.init_args.max_samples_per_client": 100, "callbacks.PFedMe.local_rounds": 2}
         return [_setting(MLR, common, dnn=False)]
     common = {"trainer.max_epochs": SMALL_ROUNDS if scale == "small" else PAPER_ROUNDS}
     return [_setting(MLR, common, dnn=False), _setting(DNN, common, dnn=True)]
@@ -123,7 +124,8 @@ def _scaled_down(scale: str) -> list[str]:
               " (`inner_l2`); FedAvg takes 20 minibatch steps per round and weights clients by their whole `n_k`,"
               " as the code's FedAvg.")]
     if scale == "paper":
-        return [f"The paper's setting: {PAPER_ROUNDS} rounds, every round evaluated (the authors ran 10 runs: SEEDS=10).",
+        return [f"The paper's setting: {PAPER_ROUNDS} rounds, every round evaluated (the authors ran 10 runs:"
+                " SEEDS=10).",
                 *lines]
     if scale == "smoke":
         return ["Smoke scale: 10 clients of at most 100 samples, 2 rounds, 2 local rounds, MLR only; a check of the"
@@ -145,7 +147,8 @@ def _discussion(verdicts, values, tuned) -> str:
             continue
         pm, theta, gm, fedavg, gm_last, fedavg_last = (_mean(values[(setting, m, k)]) for m, k in keys)
         parts.append(f"{setting}: PM {pm:.2f}% with `w_loc`, {theta:.2f}% with `theta`, GM {gm:.2f}%, FedAvg"
-                     f" {fedavg:.2f}% (best rounds; at the last round GM {gm_last:.2f}% and FedAvg {fedavg_last:.2f}%).")
+                     f" {fedavg:.2f}% (best rounds; at the last round GM {gm_last:.2f}% and FedAvg"
+                     f" {fedavg_last:.2f}%).")
     if not parts:
         return ""
     return (" ".join(parts) + " The personal models are near their final accuracy after a few rounds, because each"

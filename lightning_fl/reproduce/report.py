@@ -51,8 +51,9 @@ def verdict_table(paper: Paper, verdicts: Sequence[Verdict]) -> str:
         text = (f"{claim.ours} {'higher' if claim.higher_is_better else 'lower'} than {claim.baseline}"
                 f" ({paper.metrics[claim.metric].label})")
         if claim.baseline_metric:
-            text = (f"{claim.ours} ({paper.metrics[claim.metric].label}) {'higher' if claim.higher_is_better else 'lower'}"
-                    f" than {claim.baseline} ({paper.metrics[claim.against].label})")
+            direction = "higher" if claim.higher_is_better else "lower"
+            text = (f"{claim.ours} ({paper.metrics[claim.metric].label}) {direction} than {claim.baseline}"
+                    f" ({paper.metrics[claim.against].label})")
         lines.append(f"| {claim.setting} | {text} | {claim.source} | {gap} | {d.mean:+.{digits}f}{interval} |"
                      f" **{v.verdict}**: {v.reason} |")
     return "\n".join(lines) + "\n"

@@ -153,7 +153,8 @@ def test_two_plus_two_rounds_equal_four(tiny, tmp_path) -> None:
     assert run_cli("fit", "--config", str(halves), "--ckpt_path", "last") == 0
     states = []
     for name in ("whole", "halves"):
-        checkpoint = torch.load(tmp_path / "logs" / name / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
+        path = tmp_path / "logs" / name / "version_0" / "checkpoints" / "last.ckpt"
+        checkpoint = torch.load(path, weights_only=False)
         personal = next(v for k, v in checkpoint["callbacks"].items() if k.startswith("PFedMe"))["clients"]["personal"]
         states.append((checkpoint["state_dict"], personal))
     (w_a, p_a), (w_b, p_b) = states

@@ -31,8 +31,10 @@ def _results(tmp_path: Path) -> SettingResults:
 def test_best_and_last_rounds_of_the_personal_and_global_models(tmp_path) -> None:
     results = _results(tmp_path)
     value = {key: metric.value for key, metric in METRICS.items()}
-    assert value["pm"](results, PFEDME, 0) == pytest.approx(84.0) and value["pm_last"](results, PFEDME, 0) == pytest.approx(83.0)
-    assert value["gm"](results, PFEDME, 0) == pytest.approx(75.0) and value["gm_last"](results, PFEDME, 0) == pytest.approx(70.0)
+    assert value["pm"](results, PFEDME, 0) == pytest.approx(84.0)  # the best round
+    assert value["pm_last"](results, PFEDME, 0) == pytest.approx(83.0)
+    assert value["gm"](results, PFEDME, 0) == pytest.approx(75.0)  # from the logged scalar
+    assert value["gm_last"](results, PFEDME, 0) == pytest.approx(70.0)
     assert value["gm"](results, FEDAVG, 0) == pytest.approx(70.0)  # FedAvg's evaluated model is its global one
     with pytest.raises(KeyError):
         value["pm"](results, FEDAVG, 0)
@@ -56,7 +58,8 @@ def test_configs_follow_the_authors_settings() -> None:
         assert pfedme["lam"] == lam and pfedme["all_clients_train"] and pfedme["evaluate"] == "w_loc"
         assert configs[THETA]["trainer"]["callbacks"][0]["init_args"]["evaluate"] == "theta"
         classes = [c["class_path"].rpartition(".")[2] for c in configs[FEDAVG]["trainer"]["callbacks"]]
-        assert "PFedMe" not in classes and configs[FEDAVG]["trainer"]["callbacks"][-1]["init_args"] == {"local_steps": 20}
+        assert "PFedMe" not in classes
+        assert configs[FEDAVG]["trainer"]["callbacks"][-1]["init_args"] == {"local_steps": 20}
         assert configs[FEDAVG]["model"]["optimizer"]["init_args"]["lr"] == fedavg_lr
         assert configs[FEDAVG]["model"]["eval"]["model"] == "global"
         hidden = configs[PFEDME]["model"]["client"]["init_args"].get("hidden")
