@@ -69,7 +69,7 @@ tempo: $(STAMP)
 		Tempo=configs/tempo_synthetic.yaml FedAdp-E4=configs/fedadp_e4_hierarchy_synthetic.yaml \
 		FedAdp-E6=configs/fedadp_e6_hierarchy_synthetic.yaml FedAdp-E8=configs/fedadp_e8_hierarchy_synthetic.yaml
 
-## reproduce: a seed paper's headline experiment (PAPER=fedfa|igfl|dwfed|tempo) over SEEDS seeds at SCALE=small
+## reproduce: a seed paper's headline experiment (PAPER=fedfa|igfl|dwfed|tempo|pfedme) over SEEDS seeds at SCALE=small
 ## (minutes on a laptop CPU) or paper (the paper's setting): the paper's numbers beside ours and a verdict per claim
 ## in docs/reproduction/$(PAPER).md; runs in $(LOGS)/reproduce/$(PAPER)_$(SCALE) (finished runs are kept); JOBS as for
 ## compare; the baselines are tuned on the validation splits first, TUNE=0 runs every method at its config's values

@@ -30,6 +30,7 @@ from lightning_fl.callbacks.igfl_client import IGFLClient
 from lightning_fl.callbacks.igfl_server import IGFLServer
 from lightning_fl.callbacks.local import Local
 from lightning_fl.callbacks.model_divergence import ModelDivergence
+from lightning_fl.callbacks.pfedme import PFedMe
 from lightning_fl.callbacks.qffl import QFFL
 from lightning_fl.callbacks.round_lines import RoundLines
 from lightning_fl.callbacks.round_progress import RoundProgressBar
@@ -64,6 +65,7 @@ __all__ = [
     "GlobalTrainLoss",
     "Local",
     "ModelDivergence",
+    "PFedMe",
     "RoundLines",
     "RoundProgressBar",
     "RoundsToTarget",

@@ -53,6 +53,34 @@ def num_local_steps(num_samples: Tensor, local_epochs: int, batch_size: int) -> 
     return local_epochs * torch.div(num_samples + batch_size - 1, batch_size, rounding_mode="floor")
 
 
+def fixed_minibatches(num_samples: Tensor, batch_size: int, minibatches: int, batch_repeats: int = 1
+                      ) -> tuple[int, Tensor]:
+    """``(local_epochs, num_steps)`` of a pass in which every client draws exactly ``minibatches`` minibatches.
+
+    The pFedMe code's ``local_epochs`` counts minibatches, not epochs: a client cycles through its
+    epochs (each a fresh permutation here) until it has drawn ``minibatches`` of them, each stepped
+    ``batch_repeats`` times. The epochs are enough for the client with the fewest minibatches per epoch.
+
+    Example:
+        >>> fixed_minibatches(torch.tensor([45, 250]), 20, 5, batch_repeats=2)
+        (2, tensor([10, 10]))
+    """
+    per_epoch = torch.div(num_samples + batch_size - 1, batch_size, rounding_mode="floor").clamp_min(1)
+    epochs = -(-minibatches // int(per_epoch.min())) if len(num_samples) else 1
+    return epochs, torch.full_like(num_samples, minibatches * batch_repeats)
+
+
+def distinct_steps(num_steps: Tensor, batch_repeats: int) -> Tensor:
+    """Minibatches drawn in ``num_steps`` local steps when every minibatch is stepped ``batch_repeats`` times.
+
+    Example:
+        >>> distinct_steps(torch.tensor([10, 11, 3]), 5).tolist()
+        [2, 3, 1]
+    """
+    return num_steps if batch_repeats == 1 else torch.div(num_steps + batch_repeats - 1, batch_repeats,
+                                                           rounding_mode="floor")
+
+
 def final_epoch_samples(num_samples: Tensor, num_steps: Tensor, batch_size: int) -> Tensor:
     """Samples in the steps of each client's last epoch, complete or not (``train_acc``/``train_loss``'s denominator).
 
@@ -107,7 +135,7 @@ class ClientEngine(ABC):
                      cohort_size: int | None = None, sub_round: int = 0, local_epochs: int | None = None,
                      loss_before: Tensor | None = None, num_steps: Tensor | None = None,
                      start_rows: Tensor | None = None, frozen: frozenset[str] = frozenset(),
-                     stream: str = "train") -> CohortUpdate:
+                     stream: str = "train", batch_repeats: int = 1) -> CohortUpdate:
         """Train ``client_ids`` from the current global model.
 
         Args:
@@ -128,24 +156,30 @@ class ClientEngine(ABC):
                 models; docs/algorithms.md, Personalization); integer buffers still come from ``w^t``.
             frozen: Parameter names this pass never steps (their gradients are dropped before the step).
             stream: Batch-order stream (``train``; ``personal`` and ``eval_ft`` draw other orders).
+            batch_repeats: Local steps taken on each minibatch before the next is drawn (pFedMe's ``K``
+                inner steps on one minibatch). Steps, ``tau_k`` and ``num_steps`` count every repeat, so
+                ``tau_k = batch_repeats * E * ceil(n_k / B)``; ``train_acc``/``train_loss`` count each
+                minibatch once (its first repeat).
         """
+        if batch_repeats < 1:
+            raise ValueError(f"batch_repeats must be >= 1, got {batch_repeats}")
         if local_epochs is not None and local_epochs != self.plan.local_epochs:
             saved, self.plan = self.plan, replace(self.plan, local_epochs=local_epochs)
             try:
                 return self.train_cohort(round_idx, client_ids, participation, hooks, cohort_size, sub_round,
                                          loss_before=loss_before, num_steps=num_steps, start_rows=start_rows,
-                                         frozen=frozen, stream=stream)
+                                         frozen=frozen, stream=stream, batch_repeats=batch_repeats)
             finally:
                 self.plan = saved
         num_samples = self.data.train_sizes().cpu()[client_ids]
-        full_steps = num_local_steps(num_samples, self.plan.local_epochs, self.plan.batch_size)
+        full_steps = batch_repeats * num_local_steps(num_samples, self.plan.local_epochs, self.plan.batch_size)
         if num_steps is None:
             num_steps = full_steps
         elif bool((num_steps > full_steps).any() or (num_steps < 1).any()):
             raise ValueError("num_steps must be between 1 and tau_k for every client")
         else:
             num_steps = num_steps.cpu().long()
-            num_samples = samples_seen(num_samples, num_steps, self.plan.batch_size)
+            num_samples = samples_seen(num_samples, distinct_steps(num_steps, batch_repeats), self.plan.batch_size)
         if len(client_ids) == 0:  # a rank whose share of a small cohort is empty
             return CohortUpdate(
                 round_idx=round_idx, client_ids=client_ids, weights=torch.empty(0, self.layout.numel,
@@ -161,6 +195,7 @@ class ClientEngine(ABC):
             round_idx=round_idx, client_ids=client_ids, cohort_size=cohort_size or len(client_ids), num_steps=num_steps,
             global_params={n: p.detach() for n, p in self.model.named_parameters()}, lr=self.plan.lr,
             sub_round=sub_round, layout=self.layout, start_rows=start_rows, frozen=frozenset(frozen), stream=stream,
+            batch_repeats=batch_repeats,
         )
         weights, int_state, train_acc, train_loss, extra = self._train(ctx, hooks)
         # After what each client actually did (a straggler's partial work too), on its full train split.

@@ -42,6 +42,9 @@ class LocalTrainingContext:
         frozen: Parameter names no optimizer step may change in this pass (FedRep's head or body phase).
         stream: The batch-order stream: ``train``, ``personal`` (a personal pass) or ``eval_ft``
             (evaluation-time fine-tuning); streams other than ``train`` never repeat its batches.
+        batch_repeats: Local steps taken on each minibatch (pFedMe's ``K``); ``step`` and ``num_steps``
+            count every repeat, so step ``s`` is repeat ``s % batch_repeats`` of minibatch
+            ``s // batch_repeats``.
     """
 
     round_idx: int
@@ -58,6 +61,7 @@ class LocalTrainingContext:
     start_rows: Tensor | None = None
     frozen: frozenset[str] = frozenset()
     stream: str = "train"
+    batch_repeats: int = 1
 
     @property
     def num_clients(self) -> int:

@@ -57,7 +57,8 @@ class ChunkSchedule:
 
 def build_schedule(*, seed: int, round_idx: int, sub_round: int, client_ids: Sequence[int],
                    sizes: Sequence[int], offsets: Sequence[int], local_epochs: int, batch_size: int,
-                   device: torch.device, num_steps: Sequence[int] | None = None, stream: str = "train") -> ChunkSchedule:
+                   device: torch.device, num_steps: Sequence[int] | None = None, stream: str = "train",
+                   batch_repeats: int = 1) -> ChunkSchedule:
     """Lay out the batches of ``client_ids`` (sorted by decreasing ``tau_k``) for one round.
 
     Args:
@@ -74,17 +75,21 @@ def build_schedule(*, seed: int, round_idx: int, sub_round: int, client_ids: Seq
             partial work); ``None``: all of them. Final-epoch statistics then cover the steps of the
             last epoch a client reaches, complete or not.
         stream: The batch-order stream (:func:`~lightning_fl.engines.base.epoch_permutation`).
+        batch_repeats: Steps per minibatch (pFedMe's ``K``): every ``(T, C, B)`` table of the minibatches
+            is repeated ``K`` times along the step axis, and ``num_steps`` counts the repeated steps.
+            Only a minibatch's first repeat is ``final`` (statistics count each minibatch once).
     """
-    B, E, C = batch_size, local_epochs, len(client_ids)
+    B, E, C, K = batch_size, local_epochs, len(client_ids), batch_repeats
     # numpy for the table arithmetic: these arrays are small and torch's per-op cost (a few us)
     # would dominate; the permutations themselves come from torch (epoch_permutation).
     n = np.asarray(sizes, dtype=np.int64)
     per_epoch = -(-n // B)
-    taus = E * per_epoch if num_steps is None else np.asarray(num_steps, dtype=np.int64)
+    taus = K * E * per_epoch if num_steps is None else np.asarray(num_steps, dtype=np.int64)
     if (taus[1:] > taus[:-1]).any():
         raise ValueError("clients must be ordered by decreasing number of local steps")
     T = int(taus[0])
-    epochs = -(-taus // per_epoch)  # epochs each client starts (the last one may be cut short)
+    batches = -(-taus // K)  # minibatches each client draws (its last one may be repeated fewer times)
+    epochs = -(-batches // per_epoch)  # epochs each client starts (the last one may be cut short)
     # Sample p of client j's epoch e goes to step e * spe_j + p // B, slot p % B (one scatter for all).
     orders = torch.cat([epoch_permutation(seed, round_idx, client, e, size, sub_round, stream)
                         for client, size, count in zip(client_ids, sizes, epochs.tolist()) for e in range(count)]).numpy()
@@ -95,19 +100,24 @@ def build_schedule(*, seed: int, round_idx: int, sub_round: int, client_ids: Seq
     position = np.arange(len(orders)) - np.repeat(np.cumsum(block_len) - block_len, block_len)
     client_of = block_client[block_of]
     step_of = block_epoch[block_of] * per_epoch[client_of] + position // B
-    taken = step_of < taus[client_of]  # samples of steps a partial client never takes are not scheduled
+    taken = step_of < batches[client_of]  # samples of minibatches a partial client never draws are not scheduled
     orders, client_of, step_of, position = orders[taken], client_of[taken], step_of[taken], position[taken]
-    index = np.empty((T, C, B), dtype=np.int64)
+    index = np.empty((int(batches[0]), C, B), dtype=np.int64)
     index[:] = np.asarray(offsets, dtype=np.int64).reshape(1, C, 1)  # padding: the client's first sample
     index[step_of, client_of, position % B] = orders + np.asarray(offsets, dtype=np.int64)[client_of]
-    # Weights on the (step, client, slot) grid: slot b of step s holds sample (s mod spe) * B + b of
-    # the client's epoch; it is real if that is < n_k and the client still trains at step s.
+    if K > 1:  # minibatch m is the batch of steps m K .. m K + K - 1
+        index = np.repeat(index, K, axis=0)[:T]
+    # Weights on the (step, client, slot) grid: slot b of step s holds sample (m mod spe) * B + b of
+    # the client's epoch (m = s // K, its minibatch); it is real if that is < n_k and the client
+    # still trains at step s.
     step = np.arange(T).reshape(T, 1, 1)
-    start = (step % per_epoch.reshape(1, C, 1)) * B
+    minibatch = step // K
+    start = (minibatch % per_epoch.reshape(1, C, 1)) * B
     real = (start + np.arange(B).reshape(1, 1, B) < n.reshape(1, C, 1)) & (step < taus.reshape(1, C, 1))
     weight = (real / np.clip(n.reshape(1, C, 1) - start, 1, B)).astype(np.float32)
-    last_epoch_start = (taus - 1) // per_epoch * per_epoch
-    final = (real & (step >= last_epoch_start.reshape(1, C, 1))).astype(np.float32)
+    last_epoch_start = (batches - 1) // per_epoch * per_epoch
+    final = real & (minibatch >= last_epoch_start.reshape(1, C, 1))
+    final = (final & (step % K == 0)).astype(np.float32) if K > 1 else final.astype(np.float32)
     live = np.broadcast_to((step < taus.reshape(1, C, 1)), (T, C, B))  # the prefix still training
     active = live[:, :, 0].sum(1)
     has_final = (final.reshape(T, -1).any(1)).tolist()

@@ -54,6 +54,7 @@ class SequentialEngine(ClientEngine):
                 round_idx=ctx.round_idx, client_ids=ctx.client_ids[i : i + 1], cohort_size=ctx.cohort_size,
                 num_steps=ctx.num_steps[i : i + 1], global_params=ctx.global_params, lr=ctx.lr,
                 sub_round=ctx.sub_round, layout=ctx.layout, frozen=ctx.frozen, stream=ctx.stream,
+                batch_repeats=ctx.batch_repeats,
             )
             with torch.no_grad():
                 for name, value in global_state.items():
@@ -87,8 +88,10 @@ class SequentialEngine(ClientEngine):
         correct = torch.zeros((), device=y_all.device)
         loss_sum = torch.zeros((), device=y_all.device)
         budget = int(ctx.num_steps[0])  # tau_k, or fewer for a straggler's partial work
+        repeats = ctx.batch_repeats
         per_epoch = self._num_batches(num_samples, plan.batch_size)
-        last_epoch = (budget - 1) // per_epoch  # statistics cover the steps of this (possibly incomplete) epoch
+        # Statistics cover the minibatches of this (possibly incomplete) epoch, each at its first repeat.
+        last_epoch = (-(-budget // repeats) - 1) // per_epoch
         seen_in_last = 0
         step_idx = 0
         for epoch in range(last_epoch + 1):
@@ -101,13 +104,14 @@ class SequentialEngine(ClientEngine):
                     break
                 index = order[start : start + plan.batch_size]
                 target.x, target.y = x_all.index_select(0, index), y_all.index_select(0, index)
-                logits = local_step(ctx, target, step_idx)
-                if final_epoch:
-                    seen_in_last += len(index)
-                    with torch.no_grad():
-                        correct += (logits.argmax(1) == target.y).sum()
-                        loss_sum += target.loss.detach().float() * len(target.y)
-                step_idx += 1
+                for repeat in range(min(repeats, budget - step_idx)):
+                    logits = local_step(ctx, target, step_idx)
+                    if final_epoch and repeat == 0:
+                        seen_in_last += len(index)
+                        with torch.no_grad():
+                            correct += (logits.argmax(1) == target.y).sum()
+                            loss_sum += target.loss.detach().float() * len(target.y)
+                    step_idx += 1
         self.store.save_optimizer_state(client_id, optimizer.state_dict())
         extra = hooks.on_local_train_end(ctx, target.stacked())
         return float(correct) / seen_in_last, float(loss_sum) / seen_in_last, extra

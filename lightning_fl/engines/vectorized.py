@@ -23,6 +23,8 @@ sequential engine: ``w^t``'s count plus that client's ``tau_k``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 from pytorch_lightning.utilities import rank_zero_info
@@ -31,7 +33,7 @@ from torch.func import vmap
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_fl.engines.base import ClientEngine, LocalTrainingPlan, final_epoch_samples
+from lightning_fl.engines.base import ClientEngine, LocalTrainingPlan, distinct_steps, final_epoch_samples
 from lightning_fl.engines.batched_bn import running_statistics, smallest_batch
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.engines.cohort_accuracy import cohort_accuracies
@@ -177,17 +179,16 @@ class VectorizedEngine(ClientEngine):
         index = torch.tensor(positions)
         ids = ctx.client_ids[index]
         sizes = [self._sizes[k] for k in ids.tolist()]
-        chunk = LocalTrainingContext(
-            round_idx=ctx.round_idx, client_ids=ids, cohort_size=ctx.cohort_size, num_steps=ctx.num_steps[index],
-            global_params=ctx.global_params, lr=ctx.lr, sub_round=ctx.sub_round, layout=ctx.layout,
-            active=torch.ones(num, dtype=torch.bool, device=device), frozen=ctx.frozen, stream=ctx.stream,
-            start_rows=None if ctx.start_rows is None else ctx.start_rows[index.to(ctx.start_rows.device)],
-        )
+        chunk = replace(  # the chunk's clients, with every pass option of ctx and a cache of its own
+            ctx, client_ids=ids, num_steps=ctx.num_steps[index], cache={},
+            active=torch.ones(num, dtype=torch.bool, device=device),
+            start_rows=None if ctx.start_rows is None else ctx.start_rows[index.to(ctx.start_rows.device)])
         id_list = ids.tolist()
         schedule = build_schedule(seed=plan.seed, round_idx=ctx.round_idx, sub_round=ctx.sub_round, client_ids=id_list,
                                   sizes=sizes, offsets=[self._offsets[k] for k in id_list],
                                   local_epochs=plan.local_epochs, batch_size=plan.batch_size, device=device,
-                                  num_steps=ctx.num_steps[index].tolist(), stream=ctx.stream)
+                                  num_steps=ctx.num_steps[index].tolist(), stream=ctx.stream,
+                                  batch_repeats=ctx.batch_repeats)
         fused = isinstance(self.forward, FusedLinearChain)
         batches = StagedBatches(schedule, self.data.x_train, self.data.y_train,
                                 self.model.num_classes if fused else None)
@@ -202,7 +203,8 @@ class VectorizedEngine(ClientEngine):
             full = {n: start[n].to(p.dtype).clone() for n, p in self.model.named_parameters()}
             stats = {n: start[n].float().clone() for n in self._stats}
         if self._stats:
-            self.forward.start_pass(state, smallest_batch(sizes, ctx.num_steps[index].tolist(), plan.batch_size))
+            distinct = distinct_steps(ctx.num_steps[index], ctx.batch_repeats).tolist()  # repeats see the same batch
+            self.forward.start_pass(state, smallest_batch(sizes, distinct, plan.batch_size))
         leaves = [full[n].detach().requires_grad_(trainable and n not in ctx.frozen) for n, trainable in self._named]
         optimizer = plan.optimizer_factory(leaves)
         if saved is not None:
@@ -218,7 +220,8 @@ class VectorizedEngine(ClientEngine):
         extra = hooks.on_local_train_end(chunk, full)
         per_sample = per_sample_cross_entropy if self._default_loss else self._per_sample_loss
         correct, loss_sum = final_stats.totals(per_sample, num)
-        seen = final_epoch_samples(torch.tensor(sizes), ctx.num_steps[index], plan.batch_size).double()
+        seen = final_epoch_samples(torch.tensor(sizes), distinct_steps(ctx.num_steps[index], ctx.batch_repeats),
+                                   plan.batch_size).double()
         return {**full, **stats}, correct / seen, loss_sum / seen, extra
 
     def _steps(self, chunk: LocalTrainingContext, schedule: ChunkSchedule, batches: StagedBatches,

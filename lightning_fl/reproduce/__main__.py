@@ -12,7 +12,7 @@ from lightning_fl.faults.validation import ConfigError
 from lightning_fl.reproduce.paper import SCALES, Paper
 from lightning_fl.experiments.launcher import command_line
 
-PAPERS = ("fedfa", "igfl", "dwfed", "tempo")
+PAPERS = ("fedfa", "igfl", "dwfed", "tempo", "pfedme")
 
 
 def load_paper(key: str) -> Paper:

@@ -42,6 +42,8 @@ class Claim:
         source: Where the paper states it (``"Table 2"``).
         paper_ours: The paper's number for ``ours``, in the units shown (``None``: not reported).
         paper_baseline: The paper's number for ``baseline``.
+        baseline_metric: The metric read for ``baseline`` when it differs from ``metric`` (pFedMe's
+            personalized model against its own global model: one method, two metrics); ``None``: ``metric``.
     """
 
     setting: str
@@ -52,11 +54,18 @@ class Claim:
     source: str
     paper_ours: float | None = None
     paper_baseline: float | None = None
+    baseline_metric: str | None = None
+
+    @property
+    def against(self) -> str:
+        """The metric read for the baseline."""
+        return self.baseline_metric or self.metric
 
     @property
     def text(self) -> str:
-        """The claim in words, e.g. ``FedFa's acc_worst20 is higher than FedAvg's``."""
-        return f"{self.ours} {self.metric} {'>' if self.higher_is_better else '<'} {self.baseline}"
+        """The claim in words, e.g. ``FedFa acc_worst20 > FedAvg`` (``pFedMe pm > pFedMe gm``)."""
+        other = f" {self.baseline_metric}" if self.baseline_metric else ""
+        return f"{self.ours} {self.metric} {'>' if self.higher_is_better else '<'} {self.baseline}{other}"
 
     @property
     def paper_gap(self) -> float | None:

@@ -115,6 +115,9 @@ class Paper:
         metrics: Metric key -> :class:`Metric` (claims name these keys).
         claims: The claims judged.
         paper_values: ``{(setting, method, metric): number}`` as printed in the paper (report only).
+        paper_values_status: Where ``paper_values`` come from, as the report says it (``as printed``;
+            ``recalled, unverified`` where the paper's table could not be read, and the claims then carry
+            no paper numbers).
         scaled_down: ``scaled_down(scale)``: what differs from the paper at a scale, one line each.
         methods_note: Where the methods' settings come from (the paper's, or tuned).
         discussion: ``discussion(verdicts, values, tuned)``: the likely reasons behind the verdicts, written
@@ -130,6 +133,7 @@ class Paper:
     metrics: Mapping[str, Metric]
     claims: Sequence[Claim]
     paper_values: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
+    paper_values_status: str = "as printed"
     scaled_down: Callable[[str], list[str]] = lambda scale: []
     methods_note: str = ""
     discussion: Callable[[Sequence[Any], Mapping[tuple[str, str, str], Sequence[float]], Mapping[str, Mapping[str, str]]],

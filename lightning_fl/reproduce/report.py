@@ -50,6 +50,10 @@ def verdict_table(paper: Paper, verdicts: Sequence[Verdict]) -> str:
         interval = "" if math.isnan(d.ci) else f" [{d.ci_low:+.{digits}f}, {d.ci_high:+.{digits}f}]"
         text = (f"{claim.ours} {'higher' if claim.higher_is_better else 'lower'} than {claim.baseline}"
                 f" ({paper.metrics[claim.metric].label})")
+        if claim.baseline_metric:
+            direction = "higher" if claim.higher_is_better else "lower"
+            text = (f"{claim.ours} ({paper.metrics[claim.metric].label}) {direction} than {claim.baseline}"
+                    f" ({paper.metrics[claim.against].label})")
         lines.append(f"| {claim.setting} | {text} | {claim.source} | {gap} | {d.mean:+.{digits}f}{interval} |"
                      f" **{v.verdict}**: {v.reason} |")
     return "\n".join(lines) + "\n"
@@ -94,7 +98,7 @@ def render_report(paper: Paper, scale: str, seeds: Sequence[int], sections: Sequ
     parts.append(_hyperparameters(sections, tuned, max(seeds) + 1) + "\n")
     parts.append("## Results\n")
     parts.append("Ours: mean ± sample standard deviation over the seeds, final evaluation on the clients' test"
-                 " splits unless the column says otherwise; paper: as printed.\n")
+                 f" splits unless the column says otherwise; paper: {paper.paper_values_status}.\n")
     for results, table in sections:
         parts.append(f"### {results.setting.name}\n\n{table}")
         if results.tuned:

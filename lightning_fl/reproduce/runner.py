@@ -75,7 +75,7 @@ def reproduce(paper: Paper, scale: str, seeds: Sequence[int], save_dir: Path, do
         all_values |= {(setting.name, method, key): v for (method, key), v in values.items()}
         sections.append((results, setting_table(paper, results, values)))
         for claim in (c for c in paper.claims if c.setting == setting.name and {c.ours, c.baseline} <= set(setting.reported)):
-            verdicts.append(judge(claim, values[(claim.ours, claim.metric)], values[(claim.baseline, claim.metric)]))
+            verdicts.append(judge(claim, values[(claim.ours, claim.metric)], values[(claim.baseline, claim.against)]))
     tuned = {results.setting.name: results.tuned for results, _ in sections if results.tuned}
     # Wall time over every call of this reproduction (runs are resumable, so a later call may only report).
     timing = save_dir / "wall_time.json"

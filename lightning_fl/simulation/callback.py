@@ -136,9 +136,9 @@ class AggregationCallback(FederatedCallback):
 
         ``train(client_ids, participation, **pass_options)`` runs one pass of local training over the
         run's engine and processes; personalization methods call it more than once (a personal pass,
-        FedRep's head and body phases) with ``hooks``, ``start_rows``, ``frozen``, ``local_epochs`` and
-        ``stream`` (:meth:`~lightning_fl.engines.base.ClientEngine.train_cohort`). Default: one pass of
-        the run's client hooks from ``w^t``.
+        FedRep's head and body phases) with ``hooks``, ``start_rows``, ``frozen``, ``local_epochs``,
+        ``stream`` and ``batch_repeats`` (:meth:`~lightning_fl.engines.base.ClientEngine.train_cohort`).
+        Default: one pass of the run's client hooks from ``w^t``.
         """
         return train(client_ids, participation)
 

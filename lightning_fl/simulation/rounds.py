@@ -229,8 +229,9 @@ class RoundRunner:
                where: str = "", **passes) -> tuple[CohortUpdate, float]:
         """Train ``client_ids``; drop or stop on diverged clients; keep the survivors' optimizer states.
 
-        ``passes`` (``hooks``, ``start_rows``, ``frozen``, ``stream``) describe a personalization pass
-        (:meth:`~lightning_fl.simulation.callback.AggregationCallback.train_round`); by default the run's hooks.
+        ``passes`` (``hooks``, ``start_rows``, ``frozen``, ``stream``, ``batch_repeats``) describe a
+        personalization pass (:meth:`~lightning_fl.simulation.callback.AggregationCallback.train_round`);
+        by default the run's hooks.
         """
         started = time.perf_counter()
         passes.setdefault("hooks", self.hooks)
@@ -276,7 +277,8 @@ class RoundRunner:
         plan = self.engine.plan
         if num_steps is None:
             num_samples = self.federation.train_sizes[client_ids]
-            num_steps = num_local_steps(num_samples, local_epochs or plan.local_epochs, plan.batch_size)
+            num_steps = passes.get("batch_repeats", 1) * num_local_steps(num_samples, local_epochs or plan.local_epochs,
+                                                                         plan.batch_size)
             budget = None
         else:
             budget = num_steps
