@@ -67,6 +67,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("FedPer", {}, {"model.client": MLP8}),
     ("Local", {}, {"model.client": MLP8}),
     ("FedBN", {}, {"model.client": {**MLP8, "init_args": {**MLP8["init_args"], "batch_norm": True}}}),
+    ("PFedMe", {"local_rounds": 3, "inner_steps": 2}, {}),
 ]
 
 
