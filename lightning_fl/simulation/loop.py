@@ -106,7 +106,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         eval_batch_size: Samples per forward pass when evaluating all clients.
         client_state: Where callbacks' per-client state (SCAFFOLD controls, IGFL deltas, ...) lives:
             ``memory`` (default) or ``disk``, append-only files under ``<run dir>/client_state`` read
-            through memory maps, for federations whose per-client state exceeds RAM (one model-sized
+            row by row, for federations whose per-client state exceeds RAM (one model-sized
             row per client seen). Checkpoints then hold only an index of the rows; resume from the
             latest checkpoint (see docs/architecture.md).
         collective_timeout: With several processes (``trainer.strategy: ddp``, ``torchrun``, SLURM):

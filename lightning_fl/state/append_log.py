@@ -34,7 +34,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
@@ -61,7 +60,6 @@ class AppendOnlyLog:
         self.index: dict[int, tuple[str, int, int, int | None]] = {}  # client -> (file, offset, length, crc32)
         self._generation = 0
         self._file: Path | None = None
-        self._maps: dict[str, np.memmap] = {}
         self._pinned: set[str] = set()
 
     def read(self, client_id: int) -> bytes | None:
@@ -70,15 +68,19 @@ class AppendOnlyLog:
         if entry is None:
             return None
         file, offset, length, crc = entry
-        mapped = self._maps.get(file)
-        if mapped is None or len(mapped) < offset + length:
+        # A positional read, not a memory map: mapped pages would stay in this process's resident memory,
+        # which then grows with every row read (1,000 personal CNNs: gigabytes), not with the cohort.
+        try:
+            with open(file, "rb") as handle:
+                data = os.pread(handle.fileno(), length, offset)
+        except FileNotFoundError:
+            data = b""  # named below: missing
+        except OSError as err:
+            raise ClientStateError(f"{file}: cannot read the client state file ({err.strerror or err};"
+                                   f" it holds {self._whose(client_id)})") from err
+        if len(data) < length:  # missing, empty or truncated: one line that says which
             _check_size(Path(file), offset + length, self._whose(client_id))
-            try:
-                mapped = self._maps[file] = np.memmap(file, dtype=np.uint8, mode="r")
-            except OSError as err:
-                raise ClientStateError(f"{file}: cannot read the client state file ({err.strerror or err};"
-                                       f" it holds {self._whose(client_id)})") from err
-        data = mapped[offset : offset + length].tobytes()
+            raise ClientStateError(f"{file}: short read of {self._whose(client_id)} (bytes {offset}-{offset + length})")
         if crc is not None and zlib.crc32(data) != crc:
             raise ClientStateError(f"{file}: {self._whose(client_id)} (bytes {offset}-{offset + length}) does not"
                                    " match its checksum: the client state file is corrupt; resume from an intact copy"
@@ -111,12 +113,11 @@ class AppendOnlyLog:
 
     def _compact(self) -> None:
         """Copy the live values to a new file; delete own files no index still needs."""
-        live = {k: (self.read(k), self.index[k][3]) for k in sorted(self.index)}
         self._generation += 1
         self._file = None
-        self._maps.clear()
-        for k, (data, crc) in live.items():
-            self._write(k, data, crc)
+        for k in sorted(self.index):  # one value at a time: never every live value in memory at once
+            crc = self.index[k][3]
+            self._write(k, self.read(k), crc)
         keep = {entry[0] for entry in self.index.values()} | self._pinned
         for old in self.directory.glob(f"{self.name}.*.log"):
             if str(old) not in keep:
@@ -152,7 +153,6 @@ class AppendOnlyLog:
         self.index = {int(k): (str(files[int(f)]), int(o), int(n), crc) for k, f, o, n, crc in zip(
             state["ids"].tolist(), state["file_index"].tolist(), state["offsets"].tolist(),
             state["lengths"].tolist(), crcs)}
-        self._maps.clear()
         ends: dict[str, tuple[int, int]] = {}
         for k, (file, offset, length, _) in self.index.items():
             ends[file] = max(ends.get(file, (0, k)), (offset + length, k))
@@ -162,7 +162,6 @@ class AppendOnlyLog:
             data = self.read(k)  # every record verified once now, before round 1
             if self.index[k][3] is None:  # an older checkpoint's: checksummed from now on
                 self.index[k] = (*self.index[k][:3], zlib.crc32(data))
-        self._maps.clear()
         if self.directory is not None:
             self._adopt([f for f in sorted(ends) if Path(f).parent.resolve() != self.directory.resolve()])
         self._pinned = {entry[0] for entry in self.index.values()}

@@ -1,4 +1,4 @@
-"""Where per-client state lives: in memory, or in append-only files on disk read through memory maps.
+"""Where per-client state lives: in memory, or in append-only files on disk read row by row.
 
 Two kinds of per-client values: fixed-shape rows of a declared
 :class:`~lightning_fl.state.client_table.ClientTable` (SCAFFOLD's ``c_k``, IGFL's ``dW_k_prev``, ...) and

@@ -5,7 +5,7 @@ until its first row is written, so a federation of 3,500 clients costs memory on
 trained. Rows are read and written a cohort at a time (:meth:`ClientTable.gather` /
 :meth:`ClientTable.scatter`), which is also how a sharded run moves them between processes.
 Where the rows live is a :class:`~lightning_fl.state.client_rows.RowStore`: in memory (default) or in
-memory-mapped files under the run directory (``model.client_state: disk``).
+append-only files under the run directory, read row by row (``model.client_state: disk``).
 """
 
 from __future__ import annotations
