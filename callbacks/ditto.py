@@ -8,30 +8,11 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.callbacks.personalized import PersonalizedAggregation
-from lightning_fl.engines.cohort import CohortUpdate, LocalTrainingContext
-from lightning_fl.engines.hooks import ClientHooks, ClientHookSet
+from lightning_fl.engines.cohort import CohortUpdate
+from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.faults.validation import check_non_negative
-from lightning_fl.functional.ditto import ditto_pull
+from lightning_fl.personalization.pull_towards_global import PullTowardsGlobal
 from lightning_fl.simulation.federation import Federation
-
-
-class _TowardsGlobal(ClientHooks):
-    """Ditto's personal objective ``F_k(v) + lambda/2 ||v - w^t||^2`` (``w^t`` fixed), as its gradient.
-
-    The term's gradient ``lambda (v - w^t)`` is added to the data gradient in place (as SCAFFOLD corrects
-    gradients) rather than through autograd: the vectorized engine's hand-written path then needs no graph.
-    """
-
-    def __init__(self, lam: float) -> None:
-        self.lam = lam
-
-    @override
-    def correct_local_gradients(self, ctx: LocalTrainingContext, params: dict[str, Tensor],
-                                grads: dict[str, Tensor]) -> None:
-        if not self.lam:
-            return
-        for name, grad in grads.items():
-            grad.add_(ditto_pull(params[name], ctx.global_params[name], self.lam).to(grad.dtype))
 
 
 class Ditto(PersonalizedAggregation):
@@ -66,7 +47,7 @@ class Ditto(PersonalizedAggregation):
         super().__init__(weighting=weighting, personal_init=personal_init)
         check_non_negative("lam", lam)
         self.lam = float(lam)
-        self._personal_hooks = ClientHookSet([_TowardsGlobal(self.lam)])
+        self._personal_hooks = ClientHookSet([PullTowardsGlobal(self.lam)])
 
     @override
     def train_round(self, train: Callable[..., CohortUpdate], round_idx: int, client_ids: Tensor,

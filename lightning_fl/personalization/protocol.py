@@ -24,7 +24,7 @@ from lightning_fl.faults.validation import ConfigError, check_choice, check_posi
 from lightning_fl.functional.personal_metrics import ROUND_RULES
 from lightning_fl.state.seeding import generator_for
 
-__all__ = ["CLIENT_SETS", "EVAL_MODELS", "ON_MISSING_PERSONAL", "PAPER_COMPAT", "WEIGHTINGS", "EvalProtocol"]
+__all__ = ["CLIENT_SETS", "EVAL_MODELS", "FINETUNE_PARAMS", "ON_MISSING_PERSONAL", "PAPER_COMPAT", "WEIGHTINGS", "EvalProtocol"]
 
 #: The configuration path of every field, as the one-line errors name it.
 FIELD = "model.eval"
@@ -38,6 +38,8 @@ WEIGHTINGS = ("client_mean", "pooled")
 ON_MISSING_PERSONAL = ("error", "finetune")
 #: ``paper_compat``: ``max_test`` also logs the best-on-test round as ``test_optimistic/*``.
 PAPER_COMPAT = (None, "max_test")
+#: ``finetune_params``: what fine-tuning trains (``head``: FedRep's FedAvg baseline).
+FINETUNE_PARAMS = ("all", "head")
 #: The split rule is fixed, not configurable: it is printed so a reader does not have to assume it.
 SPLIT_RULE = "val for selection, test for report"
 
@@ -70,6 +72,9 @@ class EvalProtocol:
         on_missing_personal: ``error`` or ``finetune`` (FedAvg-FT(k) for a client without ``p_k``).
         paper_compat: ``max_test``: the best test round is also logged, as ``test_optimistic/*``
             only, to compare with papers that report it (pFedMe).
+        finetune_prox: ``lambda >= 0`` of FedAvg-FT's ``ft_prox`` (Ditto repo ``finetuning.py``): fine-tuning
+            adds ``lambda (v - w^t)`` to the gradient and takes ``max(floor(k n_k / B), k)`` steps; 0: off.
+        finetune_params: ``all`` or ``head`` (only the model's head is fine-tuned, as FedRep's FedAvg baseline).
 
     Raises:
         ConfigError: One line naming ``model.eval.<field>`` and what it accepts.
@@ -91,8 +96,14 @@ class EvalProtocol:
     weighting: str = "client_mean"
     on_missing_personal: str = "error"
     paper_compat: str | None = None
+    finetune_prox: float = 0.0
+    finetune_params: str = "all"
 
     def __post_init__(self) -> None:
+        check_choice(f"{FIELD}.finetune_params", self.finetune_params, FINETUNE_PARAMS)
+        if isinstance(self.finetune_prox, bool) or not isinstance(self.finetune_prox, (int, float)) \
+                or not self.finetune_prox >= 0:
+            raise ConfigError(f"{FIELD}.finetune_prox must be a number >= 0 (0: off); got {self.finetune_prox!r}")
         check_choice(f"{FIELD}.model", self.model, EVAL_MODELS)
         if self.clients is not None:
             check_choice(f"{FIELD}.clients", self.clients, CLIENT_SETS)
@@ -135,6 +146,10 @@ class EvalProtocol:
         if needed_by and not (self.finetune_steps or self.finetune_epochs):
             raise ConfigError(f"{FIELD}.finetune_steps: {needed_by} needs finetune_steps >= 1 (k of finetuned(k))"
                               " or finetune_epochs >= 1; got 0")
+        if not needed_by and (self.finetune_prox or self.finetune_params != "all"):
+            name = "finetune_prox" if self.finetune_prox else "finetune_params"
+            raise ConfigError(f"{FIELD}.{name} is read only by model: finetuned or on_missing_personal: finetune;"
+                              f" got {getattr(self, name)!r} with model: {self.model}")
         if not needed_by and (self.finetune_steps or self.finetune_epochs):
             # A fine-tuning budget nothing reads would be printed on the card as if it were used.
             name = "finetune_steps" if self.finetune_steps else "finetune_epochs"
@@ -211,7 +226,9 @@ class EvalProtocol:
         return "participated" if self.model == "personal" else "all"
 
     def _finetune_budget(self) -> str:
-        return f"{self.finetune_epochs} epochs" if self.finetune_epochs else f"k={self.finetune_steps}"
+        budget = f"{self.finetune_epochs} epochs" if self.finetune_epochs else f"k={self.finetune_steps}"
+        return budget + (f", prox={self.finetune_prox:g}" if self.finetune_prox else "") + \
+            (", head only" if self.finetune_params == "head" else "")
 
     def describe(self) -> str:
         """The one line printed above every table.
@@ -253,6 +270,8 @@ class EvalProtocol:
             "eval/weighting": self.weighting,
             "eval/on_missing_personal": self.on_missing_personal,
             "eval/paper_compat": self.paper_compat or "none",
+            "eval/finetune_prox": float(self.finetune_prox),
+            "eval/finetune_params": self.finetune_params,
         }
 
     @classmethod
@@ -276,4 +295,6 @@ class EvalProtocol:
         counts = {name: int(values[f"eval/{name}"]) for name in ("finetune_steps", "finetune_epochs", "last_r")}
         compat = values["eval/paper_compat"]
         return cls(**names, **counts, unseen_fraction=float(values["eval/unseen_fraction"]),
-                   paper_compat=None if compat == "none" else compat)
+                   paper_compat=None if compat == "none" else compat,
+                   finetune_prox=float(values.get("eval/finetune_prox", 0.0)),  # runs before these options: off
+                   finetune_params=str(values.get("eval/finetune_params", "all")))

@@ -9,8 +9,6 @@ held-out unseen clients are scored separately (``<stage>/unseen/*``) and give th
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
@@ -20,7 +18,9 @@ from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.faults.validation import ConfigError
 from lightning_fl.functional.personal_metrics import gap_metrics
 from lightning_fl.models.base import ClientModule
+from lightning_fl.personalization.personal_part import part_names
 from lightning_fl.personalization.protocol import EvalProtocol
+from lightning_fl.personalization.pull_towards_global import PullTowardsGlobal
 from lightning_fl.simulation.callback import AggregationCallback
 from lightning_fl.simulation.sampling import ClientSampler
 from lightning_fl.state.client_state import ClientStateStore
@@ -70,6 +70,8 @@ class ProtocolEvaluation:
                               " is 0; set data.val_fraction > 0 (e.g. 0.1) or rounds: last or mean_last")
         protocol.check(n, method_name=type(aggregator).__name__, method_has_personal_model=aggregator.personal_model,
                        method_has_global=aggregator.has_global_model)
+        if protocol.finetune_params == "head":  # a head prefix that names nothing: before training, not at evaluation
+            part_names(parts["layout"], "head", parts["model"].head_prefixes, field="model.client head_prefixes")
         unseen = protocol.unseen_clients(seed, n)
         if len(unseen):
             sampler.hold_out(unseen)
@@ -142,21 +144,32 @@ class ProtocolEvaluation:
         """FedAvg-FT(k): ``w^t`` after ``k`` fresh client-optimizer steps (or epochs) on each client's train split.
 
         Batches come from the ``eval_ft`` stream keyed by ``(seed, round, client)``, so evaluating more or
-        less often never changes training; the fine-tuned rows are discarded after scoring.
+        less often never changes training; the fine-tuned rows are discarded after scoring. With
+        ``finetune_prox: lambda`` the gradient gets ``lambda (v - w^t)`` and client ``k`` takes
+        ``max(floor(k n_k / B), k)`` steps (the Ditto repository's ``finetuning.py``); with
+        ``finetune_params: head`` only the head trains.
         """
         protocol, plan = self.protocol, self.engine.plan
         sizes = self.data.train_sizes().cpu()[client_ids]
         if protocol.finetune_epochs:
             epochs, steps = protocol.finetune_epochs, None
-        else:  # enough epochs to hold k steps for the smallest client, then exactly k steps each
+        else:  # enough epochs to hold each client's steps, then exactly its steps
+            k = protocol.finetune_steps
+            steps = torch.full((len(client_ids),), k, dtype=torch.long)
+            if protocol.finetune_prox:
+                steps = torch.maximum(torch.div(k * sizes, plan.batch_size, rounding_mode="floor"), steps)
             per_epoch = torch.div(sizes + plan.batch_size - 1, plan.batch_size, rounding_mode="floor").clamp_min(1)
-            epochs = int(math.ceil(protocol.finetune_steps / int(per_epoch.min())))
-            steps = torch.full((len(client_ids),), protocol.finetune_steps, dtype=torch.long)
+            epochs = int(torch.div(steps + per_epoch - 1, per_epoch, rounding_mode="floor").max())
+        hooks = ClientHookSet([PullTowardsGlobal(protocol.finetune_prox)] if protocol.finetune_prox else [])
+        frozen = frozenset()
+        if protocol.finetune_params == "head":
+            head = part_names(self.layout, "head", self.model.head_prefixes, field="model.client head_prefixes")
+            frozen = frozenset(n for n, p in self.model.named_parameters() if n not in head)
         keep, self.store.keep_optimizer_state = self.store.keep_optimizer_state, False  # fresh optimizer state
         try:  # Lightning evaluates under inference mode; fine-tuning needs gradients
             with torch.inference_mode(False), torch.enable_grad():
-                update = self.engine.train_cohort(round_number, client_ids, torch.zeros_like(client_ids), ClientHookSet([]),
-                                                  local_epochs=epochs, num_steps=steps, stream="eval_ft")
+                update = self.engine.train_cohort(round_number, client_ids, torch.zeros_like(client_ids), hooks,
+                                                  local_epochs=epochs, num_steps=steps, stream="eval_ft", frozen=frozen)
         finally:
             self.store.keep_optimizer_state = keep
         return update.weights

@@ -48,15 +48,18 @@ def _order(t: int, k: int, epoch: int, n: int, stream: str = "train") -> torch.T
 
 
 def _sgd(state: dict, x, y, t: int, k: int, epochs: int = 1, stream: str = "train", frozen=(), lam: float = 0.0,
-         anchor: dict | None = None, steps: int | None = None) -> dict:
-    """Plain SGD from ``state`` on client ``k``'s batches; ``lam``: Ditto's pull towards ``anchor``."""
+         anchor: dict | None = None, steps: int | None = None, total_steps: int | None = None) -> dict:
+    """Plain SGD from ``state`` on client ``k``'s batches; ``lam``: Ditto's pull towards ``anchor``.
+
+    ``steps`` caps the steps of the first epoch, ``total_steps`` those of the whole call.
+    """
     net = _model()
     net.load_state_dict(state)
     taken = 0
     for epoch in range(epochs):
         order = _order(t, k, epoch, len(y), stream)
         for start in range(0, len(y), B):
-            if steps is not None and taken == steps:
+            if (steps is not None and taken == steps) or (total_steps is not None and taken == total_steps):
                 break
             idx = order[start : start + B]
             loss = F.cross_entropy(net(x[idx]), y[idx])
@@ -193,3 +196,25 @@ def test_unseen_clients_never_train_and_give_the_participation_gap() -> None:
     assert int(loop.store.participation[held_out]) == 0
     assert int((loop.store.participation > 0).sum()) == N - 1
     assert "test/gap_client_mean" in trainer.callback_metrics
+
+
+def test_finetuning_with_prox_and_head_only_matches_the_reference() -> None:
+    protocol = EvalProtocol(model="finetuned", finetune_steps=2, finetune_prox=0.5, finetune_params="head")
+    loop, _ = _fit(FedAvg(), rounds=1, protocol=protocol)
+    w1 = {n: v.clone() for n, v in loop.model.state_dict().items()}
+    body = [n for n in w1 if n not in HEAD]
+    rows = loop.protocol_evaluation.finetuned_rows(torch.arange(N), 1)  # what the evaluation after round 1 scored
+    for k in range(N):
+        xk, yk = loop.data.client_train(k)
+        # max(floor(k n_k / B), k) steps with k = 2, B = 10: epochs of ceil(n_k / B) batches, cycled.
+        steps = max(2 * len(yk) // B, 2)
+        epochs = -(-steps // -(-len(yk) // B))
+        tuned = _sgd(w1, xk, yk, 1, k, epochs=epochs, stream="eval_ft", steps=None, frozen=body, lam=0.5,
+                     anchor=w1, total_steps=steps)
+        assert torch.allclose(rows[k], _flat(tuned), atol=1e-6)
+        assert torch.equal(rows[k][: -len(_flat({n: w1[n] for n in HEAD}))], _flat({n: w1[n] for n in body}))
+
+
+def test_a_finetuning_option_without_finetuning_is_refused() -> None:
+    with pytest.raises(ConfigError, match="model.eval.finetune_prox"):
+        EvalProtocol(model="global", finetune_prox=0.5)
