@@ -45,7 +45,9 @@ def synthetic_cifar(num_samples: int, seed: int) -> tuple[Tensor, Tensor]:
     rows, cols = (top[:, None] + side)[:, None, :, None], (left[:, None] + side)[:, None, None, :]
     channel = torch.arange(3)[None, :, None, None]
     x = patterns[y[:, None, None, None], channel, rows, cols]
-    x += DISTRACTOR * patterns[other[:, None, None, None], channel, rows, cols]
+    for start in range(0, num_samples, 4096):  # in chunks: the distractors of 50,000 images would be 600 MB more
+        part = slice(start, start + 4096)
+        x[part] += DISTRACTOR * patterns[other[part, None, None, None], channel, rows[part], cols[part]]
     x += NOISE * torch.randn(x.shape, generator=gen)
     return x, y
 

@@ -114,8 +114,9 @@ def test_personal_start_rows_carry_each_clients_statistics() -> None:
     gen = torch.Generator().manual_seed(1)
     rows = layout.flatten(model.state_dict()).repeat(len(SIZES), 1)
     rows += 0.1 * torch.rand(rows.shape, generator=gen)  # running variances stay positive
-    seq = _train(_engine(SequentialEngine, copy.deepcopy(model), data), start_rows=rows)
-    vec = _train(_engine(VectorizedEngine, copy.deepcopy(model), data), start_rows=rows)
+    # Copies: start rows are consumed (each engine writes its trained rows into them).
+    seq = _train(_engine(SequentialEngine, copy.deepcopy(model), data), start_rows=rows.clone())
+    vec = _train(_engine(VectorizedEngine, copy.deepcopy(model), data), start_rows=rows.clone())
     torch.testing.assert_close(vec.weights, seq.weights, rtol=0, atol=1e-5)
     torch.testing.assert_close(vec.trained_acc, seq.trained_acc)
 

@@ -105,6 +105,18 @@ def epoch_permutation(seed: int, round_idx: int, client_id: int, epoch: int, num
     return torch.randperm(num_samples, generator=generator_for(*keys))
 
 
+def output_rows(ctx_start_rows: Tensor | None, num_clients: int, numel: int, device: torch.device) -> Tensor:
+    """The ``(K, d)`` tensor an engine writes the trained rows into: the start rows themselves when given.
+
+    Client ``k``'s start row is read before it trains and its trained row written after, so one tensor
+    serves both: a personalization pass of ``K`` model-sized rows holds one cohort tensor, not two
+    (``train_cohort``'s ``start_rows`` are consumed).
+    """
+    if ctx_start_rows is not None and ctx_start_rows.dtype == torch.float32 and ctx_start_rows.device == device:
+        return ctx_start_rows
+    return torch.empty(num_clients, numel, device=device)
+
+
 class ClientEngine(ABC):
     """Trains a cohort of clients from the global model and returns their stacked results.
 
@@ -154,6 +166,7 @@ class ClientEngine(ABC):
                 steps of its last (possibly incomplete) epoch.
             start_rows: ``(K, d)`` flat state each client starts from instead of ``w^t`` (personal
                 models; docs/algorithms.md, Personalization); integer buffers still come from ``w^t``.
+                Consumed: the engine writes the trained rows into it (the update's ``weights``).
             frozen: Parameter names this pass never steps (their gradients are dropped before the step).
             stream: Batch-order stream (``train``; ``personal`` and ``eval_ft`` draw other orders).
             batch_repeats: Local steps taken on each minibatch before the next is drawn (pFedMe's ``K``

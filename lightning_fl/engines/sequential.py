@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_fl.engines.base import ClientEngine, epoch_permutation
+from lightning_fl.engines.base import ClientEngine, epoch_permutation, output_rows
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.engines.local_step import LocalStep, LossTerm, StepTarget
@@ -43,7 +43,7 @@ class SequentialEngine(ClientEngine):
     def _train(self, ctx: LocalTrainingContext, hooks: ClientHookSet
                ) -> tuple[Tensor, dict[str, Tensor], Tensor, Tensor, dict[str, Tensor]]:
         num_clients = ctx.num_clients
-        weights = torch.empty(num_clients, self.layout.numel, device=self.model.device)
+        weights = output_rows(ctx.start_rows, num_clients, self.layout.numel, self.model.device)
         train_acc = torch.zeros(num_clients, dtype=torch.float64)
         train_loss = torch.zeros(num_clients, dtype=torch.float64)
         extras: list[dict[str, Tensor]] = []

@@ -33,7 +33,13 @@ from torch.func import vmap
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from lightning_fl.engines.base import ClientEngine, LocalTrainingPlan, distinct_steps, final_epoch_samples
+from lightning_fl.engines.base import (
+    ClientEngine,
+    LocalTrainingPlan,
+    distinct_steps,
+    final_epoch_samples,
+    output_rows,
+)
 from lightning_fl.engines.batched_bn import running_statistics, smallest_batch
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.engines.cohort_accuracy import cohort_accuracies
@@ -120,7 +126,7 @@ class VectorizedEngine(ClientEngine):
             self.fallback.plan = self.plan  # follows per-call overrides (Tempo's local epochs)
             return self.fallback._train(ctx, hooks)
         num_clients, device = ctx.num_clients, self.model.device
-        weights = torch.empty(num_clients, self.layout.numel, device=device)
+        weights = output_rows(ctx.start_rows, num_clients, self.layout.numel, device)
         train_acc = torch.zeros(num_clients, dtype=torch.float64)
         train_loss = torch.zeros(num_clients, dtype=torch.float64)
         extra_parts = []
