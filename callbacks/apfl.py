@@ -32,7 +32,7 @@ class APFL(PersonalizedAggregation):
     ``grad f_k(vbar; b)`` through the ``extra_gradient_point`` hook, so both engines train APFL. ``w`` is
     sent and ``n_k``-averaged; ``v_k`` (the declared ``personal`` state) and ``alpha_k`` (``alpha``) are
     kept per client. Evaluated: ``alpha_k v_k + (1 - alpha_k) w^{t+1}``. ``eta`` is the client
-    optimizer's ``lr``; the optimizer must be plain SGD, since ``v_k``'s step is plain SGD at that rate.
+    optimizer's ``lr`` at the step (a per-step schedule's rate too); the optimizer must be plain SGD, since ``v_k``'s step is plain SGD at that rate.
 
     Args:
         alpha: ``alpha_k`` of a client that has not trained yet, in ``[0, 1]`` (0.5, FedTorch's default).
@@ -109,9 +109,9 @@ class APFL(PersonalizedAggregation):
         alpha, w, active = ctx.cache[_ALPHA], ctx.cache.pop(_W), ctx.active_mask()
         v = {n: ctx.cache[_V + n] for n in self._trainable}
         if self.adaptive_alpha:  # from the pre-step v, before v moves
-            new_alpha = apfl_alpha_step(alpha, v, {n: w[n] for n in v}, grads, ctx.lr, self.alpha_l2)
+            new_alpha = apfl_alpha_step(alpha, v, {n: w[n] for n in v}, grads, ctx.step_lr, self.alpha_l2)
             ctx.cache[_ALPHA] = _keep_active(active, new_alpha, alpha)
-        for name, value in apfl_personal_step(v, grads, alpha, ctx.lr).items():
+        for name, value in apfl_personal_step(v, grads, alpha, ctx.step_lr).items():
             ctx.cache[_V + name] = _keep_active(active, value, v[name])
 
     @override

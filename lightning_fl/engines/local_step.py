@@ -89,6 +89,8 @@ class LocalStep:
         """Local step ``step_idx`` of the clients in ``ctx``; returns the logits of its batch."""
         hooks, scaler = self.hooks, self.scaler
         ctx.step = step_idx
+        lr = self.step_lr(step_idx) if self.step_lr is not None else None
+        ctx.step_lr = ctx.lr if lr is None else lr
         term = (lambda params: hooks.local_loss_term(ctx, params)) if self.use_term else None
         logits = target.gradients(term, scaler)
         if self.use_extra:  # after the main gradients, so the main forward draws what it always draws
@@ -98,8 +100,7 @@ class LocalStep:
         if self.use_fix:
             target.correct_gradients(lambda params, grads: hooks.correct_local_gradients(ctx, params, grads))
         before = target.snapshot() if self.use_after else None
-        if self.step_lr is not None:
-            lr = self.step_lr(step_idx)
+        if lr is not None:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
         if scaler is not None:

@@ -50,10 +50,10 @@ def _logreg() -> LogisticRegression:
 
 
 def _fit(callback, rounds: int, engine: str = "sequential", make=_mlp, optimizer=None, per_round: int = N,
-         protocol: EvalProtocol | None = None):
+         protocol: EvalProtocol | None = None, **options):
     optimizer = optimizer or (lambda p: torch.optim.SGD(p, lr=LR))
     loop = FederatedLoop(client=make(), optimizer=optimizer, clients_per_round=per_round, local_epochs=1,
-                         batch_size=B, seed=3, engine=engine, eval=protocol)
+                         batch_size=B, seed=3, engine=engine, eval=protocol, **options)
     trainer = pl.Trainer(default_root_dir=tempfile.mkdtemp(prefix="lfl-"), max_epochs=rounds, accelerator="cpu",
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0, callbacks=[callback])
@@ -67,25 +67,28 @@ def _grad(net, params: dict, x, y) -> dict:
     return dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
 
 
-def _client(net, w: dict, v: dict, alpha: float, x, y, t: int, k: int, adaptive: bool) -> tuple[dict, dict, float]:
-    """One client's round from ``(w^t, v_k, alpha_k)``: ``(w, v, alpha)`` after its local steps."""
+def _client(net, w: dict, v: dict, alpha: float, x, y, t: int, k: int, adaptive: bool, gamma: float
+            ) -> tuple[dict, dict, float]:
+    """One client's round from ``(w^t, v_k, alpha_k)``: ``(w, v, alpha)`` after its local steps (step ``s``: lr
+    ``LR gamma^s``)."""
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(derive_seed(3, "batches", t, k, 0)))
-    for start in range(0, len(y), B):
+    for step, start in enumerate(range(0, len(y), B)):
+        lr = LR * gamma**step
         batch = order[start : start + B]
         vbar = {n: alpha * v[n] + (1 - alpha) * w[n] for n in w}
         g_w, g_v = _grad(net, w, x[batch], y[batch]), _grad(net, vbar, x[batch], y[batch])
         if adaptive:
             inner = sum(float(((v[n] - w[n]) * g_v[n]).sum()) for n in w)
-            new_alpha = min(max(alpha - LR * inner, 0.0), 1.0)
+            new_alpha = min(max(alpha - lr * inner, 0.0), 1.0)
         else:
             new_alpha = alpha
-        w = {n: w[n] - LR * g_w[n] for n in w}
-        v = {n: v[n] - LR * alpha * g_v[n] for n in v}
+        w = {n: w[n] - lr * g_w[n] for n in w}
+        v = {n: v[n] - lr * alpha * g_v[n] for n in v}
         alpha = new_alpha
     return w, v, alpha
 
 
-def _reference(loop, rounds: int, make=_mlp, adaptive: bool = True) -> tuple[dict, list, list]:
+def _reference(loop, rounds: int, make=_mlp, adaptive: bool = True, gamma: float = 1.0) -> tuple[dict, list, list]:
     net = make()
     data = [loop.data.client_train(k) for k in range(N)]
     sizes = [len(d[1]) for d in data]
@@ -95,7 +98,7 @@ def _reference(loop, rounds: int, make=_mlp, adaptive: bool = True) -> tuple[dic
         trained = []
         for k in range(N):
             start_v = v[k] if v[k] is not None else w  # v_k starts as the first w^t client k receives
-            w_k, v[k], alpha[k] = _client(net, w, start_v, alpha[k], *data[k], t, k, adaptive)
+            w_k, v[k], alpha[k] = _client(net, w, start_v, alpha[k], *data[k], t, k, adaptive, gamma)
             trained.append(w_k)
         w = {n: sum(trained[k][n] * (sizes[k] / sum(sizes)) for k in range(N)) for n in w}
     return w, v, alpha
@@ -130,6 +133,14 @@ def test_fused_path_and_fixed_alpha_match_the_reference() -> None:
     assert loop.engine.forward.kind == "fused-linear"
     _check(loop, apfl, _reference(loop, 2, make=_logreg, adaptive=False))
     assert torch.equal(apfl.alpha.gather(torch.arange(N)), torch.full((N,), 0.5))
+
+
+@pytest.mark.parametrize("engine", ["sequential", "vectorized"])
+def test_a_per_step_lr_schedule_steps_v_and_alpha_at_the_step_rate(engine: str) -> None:
+    schedule = dict(lr_scheduler=lambda opt: torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.9),
+                    lr_scheduler_interval="step")
+    loop, apfl = _fit(APFL(), rounds=2, engine=engine, **schedule)
+    _check(loop, apfl, _reference(loop, 2, gamma=0.9))
 
 
 def test_both_engines_agree_with_partial_cohorts_and_evaluate_the_mixture() -> None:
