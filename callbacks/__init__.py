@@ -8,6 +8,7 @@ The base classes (:class:`~lightning_fl.simulation.callback.FederatedCallback`,
 if __name__ != "lightning_fl.callbacks":  # one import path per module (see pyproject.toml)
     raise ImportError(f"import this package as lightning_fl.callbacks, not {__name__}")
 
+from lightning_fl.callbacks.apfl import APFL
 from lightning_fl.callbacks.communication_cost import CommunicationCost
 from lightning_fl.callbacks.ditto import Ditto
 from lightning_fl.callbacks.dwfed import DWFed
@@ -40,6 +41,7 @@ from lightning_fl.callbacks.tempo import Tempo
 from lightning_fl.simulation.default_callbacks import register_defaults
 
 __all__ = [
+    "APFL",
     "IGFL",
     "QFFL",
     "DWFed",

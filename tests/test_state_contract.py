@@ -68,6 +68,8 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("Local", {}, {"model.client": MLP8}),
     ("FedBN", {}, {"model.client": {**MLP8, "init_args": {**MLP8["init_args"], "batch_norm": True}}}),
     ("PFedMe", {"local_rounds": 3, "inner_steps": 2}, {}),
+    ("APFL", {}, {}),
+    ("APFL", {"alpha_l2": 0.02}, {"model.client": MLP8, "model.client_state": "disk", "model.engine": "sequential"}),
 ]
 
 

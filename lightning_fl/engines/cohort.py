@@ -42,6 +42,8 @@ class LocalTrainingContext:
         frozen: Parameter names no optimizer step may change in this pass (FedRep's head or body phase).
         stream: The batch-order stream: ``train``, ``personal`` (a personal pass) or ``eval_ft``
             (evaluation-time fine-tuning); streams other than ``train`` never repeat its batches.
+        step_lr: The learning rate of the local step being taken (set by the engine each step: ``lr``, or
+            the per-step schedule's rate under ``model.lr_scheduler_interval: step``).
         batch_repeats: Local steps taken on each minibatch (pFedMe's ``K``); ``step`` and ``num_steps``
             count every repeat, so step ``s`` is repeat ``s % batch_repeats`` of minibatch
             ``s // batch_repeats``.
@@ -62,6 +64,7 @@ class LocalTrainingContext:
     frozen: frozenset[str] = frozenset()
     stream: str = "train"
     batch_repeats: int = 1
+    step_lr: float | None = None
 
     @property
     def num_clients(self) -> int:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from torch import Tensor
 
 from lightning_fl.engines.cohort import LocalTrainingContext
 
-_HOOK_NAMES = ("on_local_train_start", "local_loss_term", "correct_local_gradients", "after_local_step",
-               "on_local_train_end")
+_HOOK_NAMES = ("on_local_train_start", "local_loss_term", "extra_gradient_point", "on_extra_gradient",
+               "correct_local_gradients", "after_local_step", "on_local_train_end")
 
 
 class ClientHooks:
@@ -37,6 +37,23 @@ class ClientHooks:
     def local_loss_term(self, ctx: LocalTrainingContext, params: dict[str, Tensor]) -> Tensor | None:
         """An extra loss per client, shape ``(C,)``, added to the data loss (e.g. FedProx)."""
         return None
+
+    def extra_gradient_point(self, ctx: LocalTrainingContext, params: dict[str, Tensor]) -> dict[str, Tensor] | None:
+        """Other parameters ``(C, *shape)`` at which to differentiate this step's data loss, or ``None``.
+
+        Called every local step before the optimizer step, so ``params`` are the pre-step values. The
+        point maps trainable parameter names to ``(C, *shape)`` tensors; names left out take the live
+        values. :meth:`on_extra_gradient` then receives the gradients (e.g. APFL's ``grad f_k(vbar; b)``).
+        """
+        return None
+
+    def on_extra_gradient(self, ctx: LocalTrainingContext, point: dict[str, Tensor],
+                          grads: dict[str, Tensor]) -> None:
+        """Receive ``grads``: per client, the gradient of its mean data loss on this step's minibatch at ``point``.
+
+        ``grads`` has the point's names and ``(C, *shape)`` shapes; no ``local_loss_term`` enters it, and
+        rows of clients that have finished training are zeros.
+        """
 
     def correct_local_gradients(self, ctx: LocalTrainingContext, params: dict[str, Tensor],
                                 grads: dict[str, Tensor]) -> None:
@@ -85,6 +102,14 @@ class ClientHookSet(ClientHooks):
             if term is not None:
                 total = term if total is None else total + term
         return total
+
+    def extra_gradients(self, ctx: LocalTrainingContext, params: dict[str, Tensor],
+                        gradients_at: Callable[[dict[str, Tensor]], dict[str, Tensor]]) -> None:
+        """Each hook's ``extra_gradient_point``, differentiated by ``gradients_at``, to its ``on_extra_gradient``."""
+        for h in self.by_name["extra_gradient_point"]:
+            point = h.extra_gradient_point(ctx, params)
+            if point is not None:
+                h.on_extra_gradient(ctx, point, gradients_at(point))
 
     def correct_local_gradients(self, ctx: LocalTrainingContext, params: dict[str, Tensor],
                                 grads: dict[str, Tensor]) -> None:

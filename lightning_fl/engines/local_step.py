@@ -4,10 +4,12 @@ A local step of the clients in a :class:`~lightning_fl.engines.cohort.LocalTrain
 this order (the round of docs/architecture.md, with the client hooks of :class:`~lightning_fl.engines.hooks.ClientHooks`):
 
 1. gradients of the data loss plus ``local_loss_term`` (e.g. FedProx's proximal term);
-2. under ``16-mixed``, unscale the gradients if a hook will read them;
-3. ``correct_local_gradients`` (e.g. SCAFFOLD's ``g - c_k + c``);
-4. the client optimizer's step;
-5. ``after_local_step`` with the step just taken (e.g. IGFL's group correction).
+2. ``extra_gradient_point`` / ``on_extra_gradient``: the data loss's gradient on the same minibatch at
+   other parameters (e.g. APFL's mixture ``vbar``), from the pre-step parameters;
+3. under ``16-mixed``, unscale the gradients if a hook will read them;
+4. ``correct_local_gradients`` (e.g. SCAFFOLD's ``g - c_k + c``);
+5. the client optimizer's step;
+6. ``after_local_step`` with the step just taken (e.g. IGFL's group correction).
 
 Engines differ only in *what* is stepped, a :class:`StepTarget`: one client's working module in the
 sequential engine, a chunk of stacked clients in the vectorized one. A new client-side hook is added
@@ -40,6 +42,18 @@ class StepTarget(ABC):
         """Set the leaves' ``.grad`` from the step's data loss (+ ``loss_term``); return the logits."""
 
     @abstractmethod
+    def current(self) -> dict[str, Tensor]:
+        """The parameters now, as detached ``(C, *shape)`` views (every client row)."""
+
+    @abstractmethod
+    def gradients_at(self, point: dict[str, Tensor]) -> dict[str, Tensor]:
+        """``(C, *shape)`` gradients of each client's mean data loss on this step's minibatch at ``point``.
+
+        ``point`` maps trainable parameter names to ``(C, *shape)`` values (the others stay live); the
+        leaves' ``.grad`` and the parameters are left as they were; finished clients' rows are zeros.
+        """
+
+    @abstractmethod
     def correct_gradients(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None]) -> None:
         """Run ``hook(params, grads)`` on ``(C, ...)`` views and keep what it wrote into ``grads``."""
 
@@ -68,21 +82,25 @@ class LocalStep:
         self.use_term = hooks.has("local_loss_term")
         self.use_fix = hooks.has("correct_local_gradients")
         self.use_after = hooks.has("after_local_step")
+        self.use_extra = hooks.has("extra_gradient_point")
         self._step = step_function(optimizer)  # optimizer.step minus torch's per-call profiler range
 
     def __call__(self, ctx: LocalTrainingContext, target: StepTarget, step_idx: int) -> Tensor:
         """Local step ``step_idx`` of the clients in ``ctx``; returns the logits of its batch."""
         hooks, scaler = self.hooks, self.scaler
         ctx.step = step_idx
+        lr = self.step_lr(step_idx) if self.step_lr is not None else None
+        ctx.step_lr = ctx.lr if lr is None else lr
         term = (lambda params: hooks.local_loss_term(ctx, params)) if self.use_term else None
         logits = target.gradients(term, scaler)
+        if self.use_extra:  # after the main gradients, so the main forward draws what it always draws
+            hooks.extra_gradients(ctx, target.current(), target.gradients_at)
         if scaler is not None and (self.use_fix or self.use_after):
             scaler.unscale_(self.optimizer)  # hooks read and write true gradients, not scaled ones
         if self.use_fix:
             target.correct_gradients(lambda params, grads: hooks.correct_local_gradients(ctx, params, grads))
         before = target.snapshot() if self.use_after else None
-        if self.step_lr is not None:
-            lr = self.step_lr(step_idx)
+        if lr is not None:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
         if scaler is not None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
+from torch.func import functional_call
 from typing_extensions import override
 
 from lightning_fl.engines.base import ClientEngine, epoch_permutation, output_rows
@@ -147,6 +148,21 @@ class _WorkingModule(StepTarget):
         for p in self.frozen:  # no gradient: the optimizer skips them (no weight decay, no momentum)
             p.grad = None
         return logits
+
+    @override
+    def current(self) -> dict[str, Tensor]:
+        return self.stacked()
+
+    @override
+    def gradients_at(self, point: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The working module run functionally at ``point`` (fresh leaves: ``.grad`` stays the step's)."""
+        leaves = {n: value[0].detach().requires_grad_() for n, value in point.items()}
+        state = {**dict(self.work.named_buffers()), **{n: p.detach() for n, p in self.named}, **leaves}
+        with torch.enable_grad():
+            loss = self.work.loss(functional_call(self.work, state, (self.x,)), self.y)
+            grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+        return {n: (torch.zeros_like(leaf) if g is None else g).unsqueeze(0)
+                for (n, leaf), g in zip(leaves.items(), grads)}
 
     @override
     def correct_gradients(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None]) -> None:

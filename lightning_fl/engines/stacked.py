@@ -52,10 +52,13 @@ class StackedClients(StepTarget):
         self.leaves = leaves
         self.named = dict(zip(self.full, leaves))
         self.active = len(leaves[0])
+        self._bind(self.named)
+
+    def _bind(self, named: dict[str, Tensor]) -> None:
         if self.running:
-            self.forward.bind({**self.named, **{n: s[: self.active] for n, s in self.running.items()}})
+            self.forward.bind({**named, **{n: s[: self.active] for n, s in self.running.items()}})
         else:
-            self.forward.bind(self.named)
+            self.forward.bind(named)
 
     def _hook_params(self) -> dict[str, Tensor]:
         """``(C, ...)`` parameters in autograd for ``local_loss_term``: live rows, then finished rows (constant)."""
@@ -102,6 +105,40 @@ class StackedClients(StepTarget):
         for (name, _), value in zip(trainable, extra):
             if value is not None:
                 grads[name] = value if name not in grads else grads[name] + value
+
+    @override
+    def current(self) -> dict[str, Tensor]:
+        return {n: t.detach() for n, t in self.full.items()}
+
+    @override
+    def gradients_at(self, point: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The step's batch through the formulation bound to ``point``'s active rows, then the live leaves again.
+
+        The objective is the main step's, ``sum_c sum_b weight * loss``: each client's mean over its
+        real samples, so a client's gradient is its own.
+        """
+        x, y, weight, offset = self.batches.get(self.step)
+        active, forward = self.active, self.forward
+        leaves = {n: value[:active].detach().requires_grad_(not self.fused) for n, value in point.items()}
+        self._bind({**self.named, **leaves})
+        try:
+            if self.fused:  # hand-written gradients of the bound parameters (the engine runs under no_grad)
+                grads, _ = forward.gradients(x, weight, offset)
+                grads = {n: grads[n] for n in leaves}
+            else:
+                if self.running:
+                    forward.sample_mask = self.batches.real[self.step]
+                with torch.enable_grad():
+                    with torch.autocast(x.device.type, dtype=self.autocast, enabled=self.autocast is not None):
+                        logits = forward(x)
+                    total = (self.per_sample_loss(logits, y) * weight.squeeze(1)).sum()
+                    values = torch.autograd.grad(total, list(leaves.values()), allow_unused=True)
+                grads = {n: torch.zeros_like(leaf) if g is None else g for (n, leaf), g in zip(leaves.items(), values)}
+        finally:
+            self._bind(self.named)
+        rows = next(iter(self.full.values())).shape[0]
+        return {n: g if active == rows else torch.cat([g, g.new_zeros(rows - active, *g.shape[1:])])
+                for n, g in grads.items()}
 
     @override
     def correct_gradients(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None]) -> None:
