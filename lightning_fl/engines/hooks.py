@@ -30,6 +30,9 @@ class ClientHooks:
 
     requires_loss_before: bool = False
     requires_trained_accuracy: bool = False
+    #: ``correct_local_gradients`` reads nothing but each row's own parameters and gradients (and ``w^t``),
+    #: so an engine may pass only the rows still training (no padding for finished clients).
+    row_wise_correction: bool = False
 
     def on_local_train_start(self, ctx: LocalTrainingContext) -> None:
         """Called once before the first local step of the clients in ``ctx`` (fill ``ctx.cache``)."""
@@ -85,6 +88,7 @@ class ClientHookSet(ClientHooks):
             name: [h for h in hooks if getattr(type(h), name) is not getattr(ClientHooks, name)] for name in _HOOK_NAMES
         }
         self.requires_loss_before = any(h.requires_loss_before for h in hooks)
+        self.row_wise_correction = all(h.row_wise_correction for h in self.by_name["correct_local_gradients"])
         self.requires_trained_accuracy = any(h.requires_trained_accuracy for h in hooks)
 
     def has(self, name: str) -> bool:

@@ -54,8 +54,13 @@ class StepTarget(ABC):
         """
 
     @abstractmethod
-    def correct_gradients(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None]) -> None:
-        """Run ``hook(params, grads)`` on ``(C, ...)`` views and keep what it wrote into ``grads``."""
+    def correct_gradients(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None],
+                          active_rows_only: bool = False) -> None:
+        """Run ``hook(params, grads)`` on ``(C, ...)`` views and keep what it wrote into ``grads``.
+
+        ``active_rows_only``: the hook is row-wise (``ClientHooks.row_wise_correction``), so the views
+        may hold only the rows of the clients still training.
+        """
 
     @abstractmethod
     def snapshot(self) -> Any:
@@ -98,7 +103,8 @@ class LocalStep:
         if scaler is not None and (self.use_fix or self.use_after):
             scaler.unscale_(self.optimizer)  # hooks read and write true gradients, not scaled ones
         if self.use_fix:
-            target.correct_gradients(lambda params, grads: hooks.correct_local_gradients(ctx, params, grads))
+            target.correct_gradients(lambda params, grads: hooks.correct_local_gradients(ctx, params, grads),
+                                     hooks.row_wise_correction)
         before = target.snapshot() if self.use_after else None
         if lr is not None:
             for group in self.optimizer.param_groups:

@@ -165,7 +165,8 @@ class _WorkingModule(StepTarget):
                 for (n, leaf), g in zip(leaves.items(), grads)}
 
     @override
-    def correct_gradients(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None]) -> None:
+    def correct_gradients(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None],
+                          active_rows_only: bool = False) -> None:
         hook(self.stacked(), {n: p.grad.unsqueeze(0) for n, p in self.named if p.grad is not None})
 
     @override

@@ -45,6 +45,7 @@ class StackedClients(StepTarget):
         self.autocast = _AUTOCAST.get(precision)
         self.step = 0
         self.stats_buffer = None
+        self._padded: dict[str, Tensor] = {}  # correct_gradients' (C, ...) gradients once clients finished
         self.narrow(leaves)
 
     def narrow(self, leaves: list[Tensor]) -> None:
@@ -141,16 +142,31 @@ class StackedClients(StepTarget):
                 for n, g in grads.items()}
 
     @override
-    def correct_gradients(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None]) -> None:
-        """The hook sees ``(C, ...)`` gradients (zeros for finished clients); the active rows are kept."""
+    def correct_gradients(self, hook: Callable[[dict[str, Tensor], dict[str, Tensor]], None],
+                          active_rows_only: bool = False) -> None:
+        """The hook sees ``(C, ...)`` gradients (zeros for finished clients); the active rows are kept.
+
+        A row-wise hook (``active_rows_only``) sees the active rows alone: nothing to pad or compute for the rest.
+        """
         full, active = self.full, self.active
+        if active_rows_only:
+            hook({n: full[n][:active] for n in self.named},
+                 {n: leaf.grad for n, leaf in self.named.items() if leaf.grad is not None})
+            return
         grads = {}
         for name, leaf in self.named.items():
             if leaf.grad is None:
                 continue
             grad = leaf.grad
             if active < full[name].shape[0]:
-                grad = torch.cat([grad, grad.new_zeros(full[name].shape[0] - active, *grad.shape[1:])])
+                # One (C, ...) buffer per parameter for the whole pass: a new padded tensor every step cost
+                # more than the step itself (allocation and page faults), for every gradient-correcting hook.
+                padded = self._padded.get(name)
+                if padded is None or padded.shape != full[name].shape or padded.dtype != grad.dtype:
+                    padded = self._padded[name] = grad.new_empty(full[name].shape)
+                padded[:active].copy_(grad)
+                padded[active:].zero_()
+                grad = padded
             grads[name] = grad
         hook(full, grads)
         for name, grad in grads.items():

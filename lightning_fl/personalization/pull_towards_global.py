@@ -20,6 +20,8 @@ class PullTowardsGlobal(ClientHooks):
         lam: ``lambda >= 0``; 0 adds nothing.
     """
 
+    row_wise_correction = True  # a row's pull needs only that row and w^t
+
     def __init__(self, lam: float) -> None:
         self.lam = float(lam)
 
@@ -29,4 +31,7 @@ class PullTowardsGlobal(ClientHooks):
         if not self.lam:
             return
         for name, grad in grads.items():
-            grad.add_(ditto_pull(params[name], ctx.global_params[name], self.lam).to(grad.dtype))
+            if grad.dtype == params[name].dtype:  # lambda v - lambda w^t in place: no (C, ...) temporaries
+                grad.add_(params[name], alpha=self.lam).sub_(ctx.global_params[name].unsqueeze(0), alpha=self.lam)
+            else:
+                grad.add_(ditto_pull(params[name], ctx.global_params[name], self.lam).to(grad.dtype))
