@@ -15,7 +15,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from lightning_fl.callbacks import Ditto, FedAvg, FedPer, FedRep, Local
+from lightning_fl.callbacks import Ditto, FedAvg, FedBN, FedPer, FedRep, Local
 from lightning_fl.datamodules import SyntheticDataModule
 from lightning_fl.faults.validation import ConfigError
 from lightning_fl.models import MLP
@@ -32,8 +32,13 @@ def _model() -> MLP:
     return MLP(60, 10, hidden=(8,))
 
 
-def _fit(callback, rounds: int, engine: str = "sequential", protocol: EvalProtocol | None = None):
-    loop = FederatedLoop(client=_model(), optimizer=lambda p: torch.optim.SGD(p, lr=LR), clients_per_round=N,
+def _bn_model() -> MLP:
+    torch.manual_seed(0)
+    return MLP(60, 10, hidden=(8,), batch_norm=True)
+
+
+def _fit(callback, rounds: int, engine: str = "sequential", protocol: EvalProtocol | None = None, make=None):
+    loop = FederatedLoop(client=(make or _model)(), optimizer=lambda p: torch.optim.SGD(p, lr=LR), clients_per_round=N,
                          sampling="all", local_epochs=1, batch_size=B, seed=3, engine=engine, eval=protocol)
     trainer = pl.Trainer(default_root_dir=tempfile.mkdtemp(prefix="lfl-"), max_epochs=rounds, accelerator="cpu",
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -48,13 +53,14 @@ def _order(t: int, k: int, epoch: int, n: int, stream: str = "train") -> torch.T
 
 
 def _sgd(state: dict, x, y, t: int, k: int, epochs: int = 1, stream: str = "train", frozen=(), lam: float = 0.0,
-         anchor: dict | None = None, steps: int | None = None, total_steps: int | None = None) -> dict:
+         anchor: dict | None = None, steps: int | None = None, total_steps: int | None = None, make=None) -> dict:
     """Plain SGD from ``state`` on client ``k``'s batches; ``lam``: Ditto's pull towards ``anchor``.
 
     ``steps`` caps the steps of the first epoch, ``total_steps`` those of the whole call.
     """
-    net = _model()
+    net = (make or _model)()
     net.load_state_dict(state)
+    net.train()
     taken = 0
     for epoch in range(epochs):
         order = _order(t, k, epoch, len(y), stream)
@@ -218,3 +224,25 @@ def test_finetuning_with_prox_and_head_only_matches_the_reference() -> None:
 def test_a_finetuning_option_without_finetuning_is_refused() -> None:
     with pytest.raises(ConfigError, match="model.eval.finetune_prox"):
         EvalProtocol(model="global", finetune_prox=0.5)
+
+
+@pytest.mark.parametrize("engine", ["sequential", "vectorized"])
+def test_fedbn_averages_all_but_batchnorm_and_keeps_each_clients_statistics(engine) -> None:
+    loop, fedbn = _fit(FedBN(), rounds=2, engine=engine, make=_bn_model)
+    data = _client_data(loop)
+    bn = [n for n in _bn_model().state_dict() if n.startswith("net.1.") and n != "net.1.num_batches_tracked"]
+    floats = lambda state: {n: v for n, v in state.items() if v.is_floating_point()}  # noqa: E731
+    w = floats(_bn_model().state_dict())
+    personal = [None] * N
+    for t in range(2):
+        trained = []
+        for k in range(N):
+            start = {**_bn_model().state_dict(), **w, **(personal[k] or {})}  # p_k's BN entries in place
+            trained.append(floats(_sgd(start, *data[k], t, k, make=_bn_model)))
+            personal[k] = {n: trained[k][n] for n in bn}
+        mean = {n: sum(y[n] for y in trained) / N for n in w}  # FedBN's default: uniform weights
+        w = {n: (w[n] if n in bn else mean[n]) for n in w}  # BN entries never leave the clients
+    assert torch.allclose(loop.layout.flatten(loop.model.state_dict()), _flat(w), atol=1e-5)
+    rows, mask = fedbn.personal.gather(torch.arange(N)), fedbn.mask(torch.device("cpu"))
+    for k in range(N):
+        assert torch.allclose(rows[k][mask], _flat(personal[k]), atol=1e-5)
