@@ -49,7 +49,7 @@ def test_a_claim_may_read_another_metric_for_its_baseline() -> None:
 
 
 def test_configs_follow_the_authors_settings() -> None:
-    base = yaml.safe_load(Path("configs/personalization/pfedme_synthetic.yaml").read_text())
+    base = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs/personalization/pfedme_synthetic.yaml").read_text())
     settings = {s.name: s for s in PAPER.settings("small")}
     for name, lam, fedavg_lr in ((MLR, 20.0, 0.02), (DNN, 30.0, 0.03)):
         setting = settings[name]
