@@ -69,11 +69,7 @@ class APFL(PersonalizedAggregation):
     @override
     def on_federation_setup(self, federation: Federation) -> None:
         super().on_federation_setup(federation)
-        decay = federation.optimizer.probe().defaults.get("weight_decay", 0.0)
-        if not federation.optimizer.is_plain_sgd() or decay:
-            raise ConfigError(f"model.optimizer: APFL steps v_k with plain SGD at the client lr, so w must step so too"
-                              f" (no momentum, no weight_decay); got {federation.optimizer.describe()}"
-                              f"{f' with weight_decay {decay}' if decay else ''}")
+        self.require_plain_sgd(federation, "steps v_k with plain SGD at the client lr, so w must step so too")
         if federation.batchnorm_entries:
             raise ConfigError("model.client: APFL cannot train a model with BatchNorm (the gradient at vbar would"
                               " move the running statistics); use a model without BatchNorm")

@@ -77,6 +77,16 @@ class PersonalizedAggregation(AggregationCallback):
                                 getattr(self, "bn_match", "module"), field)
         self.layout = federation.layout
 
+    def require_plain_sgd(self, federation: Federation, what: str) -> None:
+        """One-line error unless the client optimizer is plain SGD (no momentum, no weight decay).
+
+        For methods whose own steps (APFL's ``v_k``, pFedMe's ``theta``) are plain SGD at the client lr.
+        """
+        decay = federation.optimizer.probe().defaults.get("weight_decay", 0.0)
+        if not federation.optimizer.is_plain_sgd() or decay:
+            raise ConfigError(f"model.optimizer: {type(self).__name__} {what} (no momentum, no weight_decay); got"
+                              f" {federation.optimizer.describe()}{f' with weight_decay {decay}' if decay else ''}")
+
     def mask(self, device: torch.device) -> Tensor:
         """``(d,)`` bool: the personal part's flat entries."""
         return part_mask(self.layout, self.names, device)

@@ -134,11 +134,7 @@ class PFedMe(PersonalizedAggregation):
     @override
     def on_federation_setup(self, federation: Federation) -> None:
         super().on_federation_setup(federation)
-        decay = federation.optimizer.probe().defaults.get("weight_decay", 0.0)
-        if not federation.optimizer.is_plain_sgd() or decay:
-            raise ConfigError(f"model.optimizer: PFedMe steps theta with plain SGD at lr eta_p (no momentum, no"
-                              f" weight_decay: use inner_l2); got {federation.optimizer.describe()}"
-                              f"{f' with weight_decay {decay}' if decay else ''}")
+        self.require_plain_sgd(federation, "steps theta with plain SGD at lr eta_p (for an L2 term: inner_l2)")
         if federation.hierarchy is not None:
             raise ConfigError("model.hierarchy: PFedMe trains flat rounds only; remove model.hierarchy")
 
