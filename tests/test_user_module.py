@@ -45,14 +45,15 @@ def _model(cls=SmoothNet) -> pl.LightningModule:
     return cls()
 
 
-def _fit(engine: str, rounds: int = 2, model=None, callback=None, **loop_args):
+def _fit(engine: str, rounds: int = 2, model=None, callback=None, samples: int = 35, **loop_args):
     loop = FederatedLoop(client=model or _model(), clients_per_round=N, sampling="all", batch_size=B, seed=3,
                          engine=engine, **loop_args)
     trainer = pl.Trainer(default_root_dir=tempfile.mkdtemp(prefix="lfl-"), max_epochs=rounds, accelerator="cpu",
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0, callbacks=[callback or FedAvg()])
-    # 35 samples at most: clients' last batches are smaller than B (the vectorized engine's padding).
-    trainer.fit(loop, datamodule=SyntheticDataModule("1_1", num_clients=N, max_samples_per_client=35))
+    # Clients' last batches are smaller than B (the vectorized engine's padding); with 100 samples at most the
+    # clients hold 72, 66, 72, 72 training samples: at one step some are at a full batch and one at 6 samples.
+    trainer.fit(loop, datamodule=SyntheticDataModule("1_1", num_clients=N, max_samples_per_client=samples))
     return loop
 
 
@@ -85,7 +86,8 @@ def _reference(loop, rounds: int) -> torch.Tensor:
 
 
 def test_both_engines_train_a_plain_module_as_the_naive_reference() -> None:
-    sequential, vectorized = _fit("sequential"), _fit("vectorized")
+    sequential, vectorized = _fit("sequential", samples=100), _fit("vectorized", samples=100)
+    assert sorted(loop.data.train_sizes().tolist() for loop in [sequential])[0] == [72, 66, 72, 72]
     assert vectorized.engine.name == "vectorized" and vectorized.engine.user
     assert torch.allclose(_flat(sequential), _flat(vectorized), atol=1e-6)
     assert torch.allclose(_flat(sequential), _reference(sequential, 2), atol=1e-6)
@@ -140,8 +142,9 @@ def test_several_optimizers_and_fedfa_are_one_line_errors() -> None:
     two = _bad(optimizers=lambda m: [torch.optim.SGD(m.parameters(), lr=0.1), torch.optim.Adam(m.parameters())])
     with pytest.raises(ConfigError, match="configure_optimizers must return one optimizer.*2 optimizers \\(SGD, Adam\\)"):
         FederatedLoop(client=two)
-    with pytest.raises(ConfigError, match="FedFa reads each client's training accuracy"):
-        _fit("sequential", rounds=1, callback=FedFa())
+    for fedfa in (FedFa(), FedFa(train_acc="running")):
+        with pytest.raises(ConfigError, match="FedFa reads each client's training accuracy"):
+            _fit("sequential", rounds=1, callback=fedfa)
 
 
 def test_vectorized_falls_back_or_refuses_when_vmap_cannot_run_the_step() -> None:

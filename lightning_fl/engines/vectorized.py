@@ -229,7 +229,8 @@ class VectorizedEngine(ClientEngine):
         hooks.on_local_train_start(chunk)
         # The hand-written path needs no autograd graph (a hook's loss term enables it locally).
         with torch.no_grad() if fused else torch.enable_grad():
-            kept, user_losses = self._steps(chunk, schedule, batches, final_stats, full, stats, leaves, optimizer, hooks)
+            kept, user_losses = self._steps(chunk, schedule, batches, final_stats, full, stats, leaves, optimizer,
+                                            hooks)
         for row, client in enumerate(ids.tolist()):
             if kept:
                 self.store.save_optimizer_state(client, kept[row])

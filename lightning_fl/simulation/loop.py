@@ -67,7 +67,6 @@ from lightning_fl.simulation.protocol_evaluation import ProtocolEvaluation
 from lightning_fl.reporting.run_directory import run_directory
 
 
-
 class FederatedLoop(EvaluationHooks, CheckpointHooks):
     """Runs federated training under a Lightning ``Trainer``: one epoch is one communication round.
 
@@ -371,10 +370,9 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             return
         update = result.update
         weights = update.num_samples.double() / update.num_samples.sum()
-        acc = float((weights * update.train_acc).sum())  # NaN: a plain LightningModule's steps give a loss only
-        log.log_scalars({
-            "train/loss": float((weights * update.train_loss).sum()),
-            **({"train/acc": acc} if acc == acc else {}),
+        acc = float((weights * update.train_acc).sum())
+        log.log_scalars({  # no train/acc when NaN: a plain LightningModule's training_step gives a loss only
+            "train/loss": float((weights * update.train_loss).sum()), **({"train/acc": acc} if acc == acc else {}),
             "round/seconds": time.perf_counter() - started,
             "round/clients": float(result.traffic.transfers["client"]),
         }, prog_bar=("train/loss",))

@@ -17,7 +17,7 @@ from pytorch_lightning import LightningModule
 from lightning_fl.faults.validation import ConfigError
 from lightning_fl.models.user_module import check_user_module, is_user_module, module_optimizer
 
-__all__ = ["check_client", "check_client_statistics", "client_optimizer"]
+__all__ = ["check_client", "check_client_statistics", "client_optimizer", "head_prefixes"]
 
 
 def client_optimizer(client: LightningModule, optimizer: Callable | None, lr_scheduler: Callable | None,
@@ -65,7 +65,8 @@ def check_client_statistics(model: LightningModule, callbacks: Iterable[Any]) ->
     if not is_user_module(model):
         return
     for callback in callbacks:
-        if getattr(callback, "requires_trained_accuracy", False):
+        # FedFa's train_acc: the trained model's accuracy ("trained") or the local steps' ("running").
+        if getattr(callback, "requires_trained_accuracy", False) or getattr(callback, "train_acc", None) == "running":
             raise ConfigError(f"{type(callback).__name__} reads each client's training accuracy (train_acc), which"
                               f" model.client {type(model).__name__}'s training_step does not report (it returns a"
                               " loss only); use a lightning_fl.models.ClientModule client or another aggregation")
