@@ -39,7 +39,8 @@ class StepTarget(ABC):
 
     @abstractmethod
     def gradients(self, loss_term: LossTerm | None, scaler: torch.amp.GradScaler | None) -> Tensor:
-        """Set the leaves' ``.grad`` from the step's data loss (+ ``loss_term``); return the logits."""
+        """Set the leaves' ``.grad`` from the step's data loss (+ ``loss_term``); return the logits (``None``
+        for a plain LightningModule, whose ``training_step`` gives a loss only)."""
 
     @abstractmethod
     def current(self) -> dict[str, Tensor]:
@@ -91,7 +92,7 @@ class LocalStep:
         self._step = step_function(optimizer)  # optimizer.step minus torch's per-call profiler range
 
     def __call__(self, ctx: LocalTrainingContext, target: StepTarget, step_idx: int) -> Tensor:
-        """Local step ``step_idx`` of the clients in ``ctx``; returns the logits of its batch."""
+        """Local step ``step_idx`` of the clients in ``ctx``; returns the logits of its batch (or ``None``)."""
         hooks, scaler = self.hooks, self.scaler
         ctx.step = step_idx
         lr = self.step_lr(step_idx) if self.step_lr is not None else None

@@ -12,9 +12,10 @@ from __future__ import annotations
 import torch
 
 from lightning_fl.engines.base import LocalTrainingPlan
-from lightning_fl.engines.formulation import analyse_model
+from lightning_fl.engines.formulation import _CPU_SLOW, analyse_model
 from lightning_fl.engines.optimizers import optimizer_problem
 from lightning_fl.models.base import ClientModule
+from lightning_fl.models.user_module import is_user_module
 
 
 def vectorization_problem(plan: LocalTrainingPlan, model: ClientModule) -> str | None:
@@ -22,6 +23,8 @@ def vectorization_problem(plan: LocalTrainingPlan, model: ClientModule) -> str |
     problem = optimizer_problem(plan.optimizer_factory)
     if problem is not None:
         return problem
+    if is_user_module(model):  # the set-up check on data decides (VectorizedEngine.setup)
+        return None if any(p.requires_grad for p in model.parameters()) else "the model has no trainable parameters"
     analysis = analyse_model(model, plan.precision)
     return None if analysis.kinds else analysis.reason
 
@@ -31,6 +34,11 @@ def choose_engine(plan: LocalTrainingPlan, model: ClientModule, device: torch.de
     problem = vectorization_problem(plan, model)
     if problem is not None:
         return "sequential", f"vectorized impossible: {problem}"
+    if is_user_module(model):
+        slow = sorted({type(m).__name__ for m in model.modules() if isinstance(m, _CPU_SLOW)})
+        if torch.device(device).type == "cpu" and slow:
+            return "sequential", f"{', '.join(slow)} layers are slower batched than in a loop on cpu"
+        return "vectorized", f"training_step under vmap on {torch.device(device).type}"
     analysis = analyse_model(model, plan.precision)
     device = torch.device(device)
     if device.type == "cpu" and analysis.cpu_slow:

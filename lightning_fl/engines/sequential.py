@@ -16,6 +16,7 @@ from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.engines.local_step import LocalStep, LossTerm, StepTarget
 from lightning_fl.engines.optimizers import load_state
 from lightning_fl.models.base import ClientModule
+from lightning_fl.models.user_module import is_user_module, quiet_logging, step_loss, training_step_at
 from lightning_fl.state.client_state import ClientStateStore
 from lightning_fl.state.data import FederatedData
 from lightning_fl.state.seeding import derive_seed
@@ -28,6 +29,10 @@ class SequentialEngine(ClientEngine):
     ``w^t`` with in-place copies, batches are index slices of on-device tensors, and only the client
     optimizer is rebuilt (fresh state each round unless ``keep_optimizer_state``). Client hooks see
     tensors with a leading dimension of 1.
+
+    A plain LightningModule (:mod:`lightning_fl.models.user_module`) is stepped through its own
+    ``training_step((x, y), step)``; it gives no logits, so its ``train_acc`` is NaN and ``train_loss`` is
+    the mean of the returned losses over the final epoch's samples.
     """
 
     name = "sequential"
@@ -50,29 +55,35 @@ class SequentialEngine(ClientEngine):
         extras: list[dict[str, Tensor]] = []
         int_state: dict[str, Tensor] = {}
         global_state = self.model.state_dict()
-        for i, client_id in enumerate(ctx.client_ids.tolist()):
-            one = LocalTrainingContext(
-                round_idx=ctx.round_idx, client_ids=ctx.client_ids[i : i + 1], cohort_size=ctx.cohort_size,
-                num_steps=ctx.num_steps[i : i + 1], global_params=ctx.global_params, lr=ctx.lr,
-                sub_round=ctx.sub_round, layout=ctx.layout, frozen=ctx.frozen, stream=ctx.stream,
-                batch_repeats=ctx.batch_repeats,
-            )
-            with torch.no_grad():
-                for name, value in global_state.items():
-                    self._work_state[name].copy_(value)
-                if ctx.start_rows is not None:  # a personal model (integer buffers stay w^t's)
-                    self.layout.load_into(ctx.start_rows[i], self._work_state)
-            # Dropout and other draws of torch's global generator: a function of (seed, round, client),
-            # so a client trains the same whichever process or position in the cohort it has.
-            torch.manual_seed(derive_seed(self.plan.seed, "client-torch", ctx.round_idx, ctx.sub_round, client_id,
-                                          *((ctx.stream,) if ctx.stream != "train" else ())))
-            train_acc[i], train_loss[i], extra = self._train_client(one, client_id, hooks)
-            extras.append(extra)
-            self.layout.flatten(self._work_state, out=weights[i])
-            if i == 0:
-                int_state = {n: self._work_state[n].clone() for n in self.layout.other_names}
+        with quiet_logging(self.work):
+            for i, client_id in enumerate(ctx.client_ids.tolist()):
+                extras.append(self._train_one(ctx, i, client_id, global_state, hooks, weights, train_acc, train_loss))
+                if i == 0:
+                    int_state = {n: self._work_state[n].clone() for n in self.layout.other_names}
         stacked = {key: torch.cat([e[key] for e in extras]) for key in extras[0]} if extras else {}
         return weights, int_state, train_acc, train_loss, stacked
+
+    def _train_one(self, ctx: LocalTrainingContext, i: int, client_id: int, global_state: dict[str, Tensor],
+                   hooks: ClientHookSet, weights: Tensor, train_acc: Tensor, train_loss: Tensor) -> dict[str, Tensor]:
+        """Cohort member ``i`` from ``w^t`` (or its start row) into ``weights[i]``; returns its hooks' extras."""
+        one = LocalTrainingContext(
+            round_idx=ctx.round_idx, client_ids=ctx.client_ids[i : i + 1], cohort_size=ctx.cohort_size,
+            num_steps=ctx.num_steps[i : i + 1], global_params=ctx.global_params, lr=ctx.lr,
+            sub_round=ctx.sub_round, layout=ctx.layout, frozen=ctx.frozen, stream=ctx.stream,
+            batch_repeats=ctx.batch_repeats,
+        )
+        with torch.no_grad():
+            for name, value in global_state.items():
+                self._work_state[name].copy_(value)
+            if ctx.start_rows is not None:  # a personal model (integer buffers stay w^t's)
+                self.layout.load_into(ctx.start_rows[i], self._work_state)
+        # Dropout and other draws of torch's global generator: a function of (seed, round, client),
+        # so a client trains the same whichever process or position in the cohort it has.
+        torch.manual_seed(derive_seed(self.plan.seed, "client-torch", ctx.round_idx, ctx.sub_round, client_id,
+                                      *((ctx.stream,) if ctx.stream != "train" else ())))
+        train_acc[i], train_loss[i], extra = self._train_client(one, client_id, hooks)
+        self.layout.flatten(self._work_state, out=weights[i])
+        return extra
 
     def _train_client(self, ctx: LocalTrainingContext, client_id: int, hooks: ClientHookSet
                       ) -> tuple[float, float, dict[str, Tensor]]:
@@ -106,11 +117,15 @@ class SequentialEngine(ClientEngine):
                 index = order[start : start + plan.batch_size]
                 target.x, target.y = x_all.index_select(0, index), y_all.index_select(0, index)
                 for repeat in range(min(repeats, budget - step_idx)):
+                    target.step_idx = step_idx
                     logits = local_step(ctx, target, step_idx)
                     if final_epoch and repeat == 0:
                         seen_in_last += len(index)
                         with torch.no_grad():
-                            correct += (logits.argmax(1) == target.y).sum()
+                            if logits is None:  # a plain LightningModule: a loss, no predictions
+                                correct = correct + float("nan")
+                            else:
+                                correct += (logits.argmax(1) == target.y).sum()
                             loss_sum += target.loss.detach().float() * len(target.y)
                     step_idx += 1
         self.store.save_optimizer_state(client_id, optimizer.state_dict())
@@ -129,15 +144,20 @@ class _WorkingModule(StepTarget):
         self.x: Tensor | None = None
         self.y: Tensor | None = None
         self.loss: Tensor | None = None
+        self.step_idx = 0
+        self.user = is_user_module(work)
 
     def stacked(self) -> dict[str, Tensor]:
         """Detached ``(1, *shape)`` views of the working parameters (in-place edits reach the model)."""
         return {n: p.detach().unsqueeze(0) for n, p in self.named}
 
     @override
-    def gradients(self, loss_term: LossTerm | None, scaler: torch.amp.GradScaler | None) -> Tensor:
-        logits = self.work(self.x)
-        self.loss = self.work.loss(logits, self.y)
+    def gradients(self, loss_term: LossTerm | None, scaler: torch.amp.GradScaler | None) -> Tensor | None:
+        if self.user:  # the module's own objective: what its training_step returns
+            logits, self.loss = None, step_loss(self.work.training_step((self.x, self.y), self.step_idx))
+        else:
+            logits = self.work(self.x)
+            self.loss = self.work.loss(logits, self.y)
         total = self.loss
         if loss_term is not None:
             term = loss_term({n: p.unsqueeze(0) for n, p in self.named})
@@ -159,7 +179,10 @@ class _WorkingModule(StepTarget):
         leaves = {n: value[0].detach().requires_grad_() for n, value in point.items()}
         state = {**dict(self.work.named_buffers()), **{n: p.detach() for n, p in self.named}, **leaves}
         with torch.enable_grad():
-            loss = self.work.loss(functional_call(self.work, state, (self.x,)), self.y)
+            if self.user:
+                loss = training_step_at(self.work, state, (self.x, self.y), self.step_idx)
+            else:
+                loss = self.work.loss(functional_call(self.work, state, (self.x,)), self.y)
             grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
         return {n: (torch.zeros_like(leaf) if g is None else g).unsqueeze(0)
                 for (n, leaf), g in zip(leaves.items(), grads)}

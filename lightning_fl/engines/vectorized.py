@@ -19,10 +19,15 @@ BatchNorm (:mod:`lightning_fl.engines.batched_bn`): each client's running statis
 train-mode forward from the client's real samples only; they are written into the cohort weights as
 parameters are. ``num_batches_tracked`` (an integer buffer) is the first cohort member's, as in the
 sequential engine: ``w^t``'s count plus that client's ``tau_k``.
+
+A plain LightningModule is trained through its own ``training_step`` under ``vmap``
+(:mod:`lightning_fl.engines.user_step`), each client on its real samples only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import torch
@@ -43,7 +48,7 @@ from lightning_fl.engines.base import (
 from lightning_fl.engines.batched_bn import running_statistics, smallest_batch
 from lightning_fl.engines.cohort import LocalTrainingContext
 from lightning_fl.engines.cohort_accuracy import cohort_accuracies
-from lightning_fl.engines.formulation import analyse_model, build_forward, verify
+from lightning_fl.engines.formulation import ModelAnalysis, analyse_model, build_forward, verify
 from lightning_fl.engines.fused import FusedLinearChain
 from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.engines.local_step import LocalStep
@@ -65,6 +70,8 @@ from lightning_fl.engines.staging import (
 )
 from lightning_fl.faults.validation import ConfigError
 from lightning_fl.models.base import ClientModule
+from lightning_fl.models.user_module import is_user_module, quiet_logging
+from lightning_fl.engines.user_step import UserStackedClients, UserStepForward, user_step_problem
 from lightning_fl.state.client_state import ClientStateStore
 from lightning_fl.state.data import FederatedData
 
@@ -90,9 +97,12 @@ class VectorizedEngine(ClientEngine):
     def setup(self, model: ClientModule, data: FederatedData, store: ClientStateStore) -> None:
         super().setup(model, data, store)
         self.fallback, self.name = None, type(self).name
-        analysis = analyse_model(model, self.plan.precision)
+        self.user = is_user_module(model)
+        analysis = _user_analysis(model, data) if self.user else analyse_model(model, self.plan.precision)
         problem = optimizer_problem(self.plan.optimizer_factory) or (None if analysis.kinds else analysis.reason)
         failures = []
+        if self.user and problem is None:  # _user_analysis ran the set-up check already
+            self.forward, analysis = UserStepForward(model), replace(analysis, kinds=())
         for kind in analysis.kinds if problem is None else ():
             forward = build_forward(kind, model)
             issue = verify(forward, model, data.x_train[:3], data.y_train[:3])
@@ -101,7 +111,7 @@ class VectorizedEngine(ClientEngine):
                 break
             failures.append(issue)
         else:
-            problem = problem or "; ".join(failures)
+            problem = problem or ("; ".join(failures) if failures or not self.user else None)
         if problem is not None:
             if self.strict:
                 raise ConfigError(f"engine: vectorized cannot train this run ({problem}); use engine: sequential")
@@ -115,7 +125,7 @@ class VectorizedEngine(ClientEngine):
         self._stats, self._counters = running_statistics(model)
         names = {n for n, _ in self._named} | set(self._stats)
         self._constant = [e for e in self.layout.float_entries if e.name not in names]
-        self._default_loss = type(model).loss is ClientModule.loss
+        self._default_loss = self.user or type(model).loss is ClientModule.loss
         self._sizes, self._offsets = data.train_sizes().tolist(), data.train_offsets.tolist()
         rank_zero_info(f"Vectorized engine: {self.forward.kind} formulation ({analysis.reason})")
 
@@ -131,7 +141,8 @@ class VectorizedEngine(ClientEngine):
         train_loss = torch.zeros(num_clients, dtype=torch.float64)
         extra_parts = []
         for positions, saved in self._chunks(ctx):
-            full, acc, loss, extra = self._train_chunk(ctx, positions, saved, hooks)
+            with quiet_logging(self.model) if self.user else _nothing():
+                full, acc, loss, extra = self._train_chunk(ctx, positions, saved, hooks)
             index = torch.tensor(positions)
             start = None if ctx.start_rows is None else ctx.start_rows[index.to(ctx.start_rows.device)]
             self._write_rows(weights, index.to(device), full, start)
@@ -195,7 +206,7 @@ class VectorizedEngine(ClientEngine):
                                   local_epochs=plan.local_epochs, batch_size=plan.batch_size, device=device,
                                   num_steps=ctx.num_steps[index].tolist(), stream=ctx.stream,
                                   batch_repeats=ctx.batch_repeats)
-        fused = isinstance(self.forward, FusedLinearChain)
+        fused = not self.user and isinstance(self.forward, FusedLinearChain)
         batches = StagedBatches(schedule, self.data.x_train, self.data.y_train,
                                 self.model.num_classes if fused else None)
         final_stats = FinalEpochStats(schedule, batches)
@@ -218,26 +229,34 @@ class VectorizedEngine(ClientEngine):
         hooks.on_local_train_start(chunk)
         # The hand-written path needs no autograd graph (a hook's loss term enables it locally).
         with torch.no_grad() if fused else torch.enable_grad():
-            kept = self._steps(chunk, schedule, batches, final_stats, full, stats, leaves, optimizer, hooks)
+            kept, user_losses = self._steps(chunk, schedule, batches, final_stats, full, stats, leaves, optimizer,
+                                            hooks)
         for row, client in enumerate(ids.tolist()):
             if kept:
                 self.store.save_optimizer_state(client, kept[row])
         chunk.active[:] = False
         extra = hooks.on_local_train_end(chunk, full)
         per_sample = per_sample_cross_entropy if self._default_loss else self._per_sample_loss
-        correct, loss_sum = final_stats.totals(per_sample, num)
+        if self.user:  # training_step gives losses, no predictions
+            correct, loss_sum = torch.full((num,), float("nan"), dtype=torch.float64), user_losses.cpu()
+        else:
+            correct, loss_sum = final_stats.totals(per_sample, num)
         seen = final_epoch_samples(torch.tensor(sizes), distinct_steps(ctx.num_steps[index], ctx.batch_repeats),
                                    plan.batch_size).double()
         return {**full, **stats}, correct / seen, loss_sum / seen, extra
 
     def _steps(self, chunk: LocalTrainingContext, schedule: ChunkSchedule, batches: StagedBatches,
                stats: FinalEpochStats, full: dict[str, Tensor], running: dict[str, Tensor], leaves: list[Tensor],
-               optimizer: Optimizer, hooks: ClientHookSet) -> dict[int, dict]:
-        """Every local step of a chunk; returns the kept per-client optimizer states (if kept)."""
+               optimizer: Optimizer, hooks: ClientHookSet) -> tuple[dict[int, dict], Tensor | None]:
+        """Every local step of a chunk; returns the kept per-client optimizer states (if kept) and, for a
+        plain LightningModule, each client's summed final-epoch losses."""
         keep, kept = self.store.keep_optimizer_state, {}
         local_step = LocalStep(hooks, optimizer, self._make_scaler(), self.plan.step_lr)
-        target = StackedClients(self.forward, self._per_sample_loss, self.plan.precision, full, leaves, batches,
-                                running)
+        if self.user:
+            target = UserStackedClients(self.forward, schedule, full, leaves, batches, self.plan.batch_size)
+        else:
+            target = StackedClients(self.forward, self._per_sample_loss, self.plan.precision, full, leaves, batches,
+                                    running)
         for step, now in enumerate(schedule.active):
             if now != target.active:  # the last clients finished: train only the prefix from now on
                 if keep:
@@ -247,11 +266,11 @@ class VectorizedEngine(ClientEngine):
             target.step = step
             target.stats_buffer = (lambda offset, s=step: stats.buffer(s, offset)) if stats.wants[step] else None
             logits = local_step(chunk, target, step)
-            if stats.wants[step]:
+            if stats.wants[step] and logits is not None:
                 stats.record(step, logits)
         if keep:
             kept.update({r: client_state(optimizer, target.leaves, r) for r in range(target.active)})
-        return kept
+        return kept, getattr(target, "loss_sums", None)
 
     def _per_sample_loss(self, logits: Tensor, y: Tensor) -> Tensor:
         if self._default_loss:
@@ -283,3 +302,16 @@ def _merge_extras(parts: list[tuple[Tensor, dict[str, Tensor]]], num_clients: in
                 merged[key] = value.new_empty((num_clients, *value.shape[1:]))
             merged[key][index.to(value.device)] = value
     return merged
+
+
+def _user_analysis(model: torch.nn.Module, data: FederatedData) -> ModelAnalysis:
+    """A plain LightningModule: its ``training_step`` under ``vmap`` if the set-up check passes."""
+    if running_statistics(model)[0]:
+        return ModelAnalysis((), "BatchNorm running statistics cannot be updated per client under vmap")
+    problem = user_step_problem(model, data.x_train[:3], data.y_train[:3])
+    return ModelAnalysis((), problem) if problem else ModelAnalysis(("training_step",), "training_step under vmap")
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield

@@ -26,7 +26,6 @@ from lightning_fl.faults.checkpoint_io import install_checkpoint_io
 from lightning_fl.faults.dead_rank import report_dead_children
 from lightning_fl.faults.preemption import Preemption
 from lightning_fl.faults.validation import ConfigError, check_choice, check_positive
-from lightning_fl.models.base import ClientModule
 from lightning_fl.privacy.config import DifferentialPrivacy
 from lightning_fl.reporting.round_logger import RoundLogger, RunOutputs
 from lightning_fl.simulation.callback import AggregationCallback, FederatedCallback
@@ -39,6 +38,7 @@ from lightning_fl.simulation.loop_checkpoint import CheckpointHooks
 from lightning_fl.simulation.loop_evaluation import EvaluationHooks
 from lightning_fl.simulation.lr_schedule import ClientLrSchedule
 from lightning_fl.simulation.rounds import RoundRunner
+from lightning_fl.simulation.user_checks import check_client, check_client_statistics, client_optimizer, head_prefixes
 from lightning_fl.simulation.run_checks import (
     SUPPORTED_PRECISIONS,
     check_engine,
@@ -67,7 +67,6 @@ from lightning_fl.simulation.protocol_evaluation import ProtocolEvaluation
 from lightning_fl.reporting.run_directory import run_directory
 
 
-
 class FederatedLoop(EvaluationHooks, CheckpointHooks):
     """Runs federated training under a Lightning ``Trainer``: one epoch is one communication round.
 
@@ -84,10 +83,12 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
     ``r`` completed rounds (round index ``t = r - 1`` in the hooks).
 
     Args:
-        client: The per-client model (a :class:`~lightning_fl.models.ClientModule`); its weights are the
-            global model.
+        client: The per-client model, whose weights are the global model: a :class:`~lightning_fl.models.ClientModule`
+            (the engines call its ``forward`` and ``loss``), or any ``LightningModule``, whose ``training_step``
+            is the client objective (:mod:`lightning_fl.models.user_module`, docs/algorithms.md, Local training).
         optimizer: The client optimizer, e.g. ``torch.optim.SGD`` with ``lr`` and ``momentum`` from the
-            config (client-side momentum lives here).
+            config (client-side momentum lives here). Absent: a plain LightningModule's own
+            ``configure_optimizers`` (and its scheduler), ``torch.optim.SGD`` with its defaults for a ClientModule.
         clients_per_round: ``K``, the cohort size (ignored with ``sampling: all``).
         local_epochs: ``E``, local epochs per round.
         batch_size: ``B``, local minibatch size.
@@ -157,8 +158,8 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
 
     def __init__(
         self,
-        client: ClientModule,
-        optimizer: OptimizerCallable = torch.optim.SGD,
+        client: LightningModule,
+        optimizer: OptimizerCallable | None = None,
         clients_per_round: int = 10,
         local_epochs: int = 1,
         batch_size: int = 10,
@@ -188,6 +189,8 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
                              batch_size=batch_size, eval_batch_size=eval_batch_size, sampling=sampling, engine=engine,
                              client_state=client_state, max_parallel_clients=max_parallel_clients,
                              cpu_threads=cpu_threads)
+        optimizer, lr_scheduler, lr_scheduler_interval, self._schedule_stand_in = client_optimizer(
+            client, optimizer, lr_scheduler, lr_scheduler_interval)
         self.client_lr, self.client_momentum = probe_optimizer(optimizer)
         self.automatic_optimization = False
         # An empty parameter whose no-op optimizer step marks each round as one `global_step`, so
@@ -248,12 +251,6 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             raise ConfigError("data must be a lightning_fl.datamodules.FederatedDataModule (e.g. lightning_fl.datamodules.SyntheticDataModule)")
         datamodule.setup(stage)
         data = datamodule.data
-        if tuple(data.input_shape) != self.model.input_shape:
-            raise ConfigError(f"model.client input shape {self.model.input_shape} does not match the data's"
-                              f" {tuple(data.input_shape)}; set the client's in_features/input size accordingly")
-        if data.num_classes != self.model.num_classes:
-            raise ConfigError(f"model.client num_classes must be {data.num_classes} (the data's); got"
-                              f" {self.model.num_classes}")
         precision = str(self.trainer.precision)
         check_choice("trainer.precision", precision, SUPPORTED_PRECISIONS)
         if precision == "16-mixed" and self.trainer.strategy.root_device.type != "cuda":
@@ -264,6 +261,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         check_setup(self, data, stage)
         self.data = data.to(self.trainer.strategy.root_device)
         self.model.to(self.trainer.strategy.root_device)  # Lightning moves modules after setup; the engines check now
+        check_client(self.model, self.data, self.batch_size)
         set_cpu_threads(self.trainer.strategy.root_device, self.model, self.cpu_threads)
         if self.hierarchy is not None:
             self.hierarchy.setup(data.num_clients, self.local_epochs)
@@ -279,7 +277,8 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         if self.system is not None:
             self.system.setup(data.num_clients, self.seed, self.local_epochs, self.batch_size, data.train_sizes(),
                               model_bytes=self.layout.numel * 4)
-        self.lr_schedule = ClientLrSchedule.build(self.lr_scheduler, self.optimizer_factory, self.lr_scheduler_interval)
+        self.lr_schedule = ClientLrSchedule.build(self.lr_scheduler, self._schedule_stand_in or self.optimizer_factory,
+                                                  self.lr_scheduler_interval)
         plan = LocalTrainingPlan(self.optimizer_factory, self.local_epochs, self.batch_size, self.seed,
                                  self.client_lr, precision, self.max_parallel_clients)
         self.engine: ClientEngine = build_engine(self.engine_name, plan, self.model, self.trainer.strategy.root_device)
@@ -287,6 +286,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         self.engine.setup(self.model, self.data, self.store)
         callbacks = [c for c in self.trainer.callbacks if isinstance(c, FederatedCallback)]
         aggregator = next(c for c in callbacks if isinstance(c, AggregationCallback))
+        check_client_statistics(self.model, callbacks)
         self.protocol_evaluation = ProtocolEvaluation.for_run(
             self.eval_protocol, self.seed, self.sampler, model=self.model, data=self.data, layout=self.layout,
             engine=self.engine, store=self.store, aggregator=aggregator, batch_size=self.eval_batch_size,
@@ -303,7 +303,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             aggregation=type(aggregator).__name__, device=self.trainer.strategy.root_device, seed=self.seed,
             batch_size=self.batch_size, clients_per_round=self.clients_per_round,
             global_model=GlobalModelView(self.model, self.data, self.layout, self.eval_batch_size, self.sharding),
-            head_prefixes=tuple(self.model.head_prefixes), batchnorm_entries=batchnorm_entries(self.model),
+            head_prefixes=head_prefixes(self.model), batchnorm_entries=batchnorm_entries(self.model),
             evaluated=self.protocol_evaluation.evaluated, evaluation=self.eval_protocol.describe(),
             eval_protocol=self.eval_protocol,
         )
@@ -370,9 +370,9 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             return
         update = result.update
         weights = update.num_samples.double() / update.num_samples.sum()
-        log.log_scalars({
-            "train/loss": float((weights * update.train_loss).sum()),
-            "train/acc": float((weights * update.train_acc).sum()),
+        acc = float((weights * update.train_acc).sum())
+        log.log_scalars({  # no train/acc when NaN: a plain LightningModule's training_step gives a loss only
+            "train/loss": float((weights * update.train_loss).sum()), **({"train/acc": acc} if acc == acc else {}),
             "round/seconds": time.perf_counter() - started,
             "round/clients": float(result.traffic.transfers["client"]),
         }, prog_bar=("train/loss",))

@@ -17,6 +17,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 import torch
+from pytorch_lightning import LightningModule
 from pytorch_lightning.cli import OptimizerCallable
 from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
@@ -24,7 +25,6 @@ from torch import Tensor
 
 from lightning_fl.engines import ENGINE_CHOICES
 from lightning_fl.faults.validation import ConfigError, check_choice, check_positive
-from lightning_fl.models.base import ClientModule
 from lightning_fl.simulation.distributed import CohortSharding
 from lightning_fl.simulation.sampling import SAMPLING_MODES
 
@@ -306,8 +306,9 @@ def check_loop_arguments(client: object, *, clients_per_round: int, local_epochs
                          eval_batch_size: int, sampling: str, engine: str, client_state: str,
                          max_parallel_clients: int | None, cpu_threads: int | None = None) -> None:
     """The :class:`~lightning_fl.simulation.loop.FederatedLoop` arguments checkable before set-up (one-line errors)."""
-    if not isinstance(client, ClientModule):
-        raise ConfigError(f"client must be a lightning_fl.models.ClientModule; got {type(client).__name__}")
+    if not isinstance(client, LightningModule):
+        raise ConfigError(f"client must be a pytorch_lightning.LightningModule (e.g. a lightning_fl.models.ClientModule);"
+                          f" got {type(client).__name__}")
     check_positive("clients_per_round", clients_per_round, integer=True)
     check_positive("local_epochs", local_epochs, integer=True)
     check_positive("batch_size", batch_size, integer=True)
