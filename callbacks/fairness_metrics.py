@@ -136,9 +136,8 @@ class FairnessMetrics(FederatedCallback):
         self.higher_is_better = higher_is_better
         self._resolved: tuple[str, bool] | None = None  # (metric, higher is better) once checked against the module
         if self.fairness_metric not in (None, "acc"):  # what run_checks may find this callback logging
-            self.logged_scalars = (*type(self).logged_scalars,
-                                   *(f"{stage}/{self.fairness_metric}_*" for stage in ("val", "test", "val/all",
-                                                                                       "test/all")))
+            self.logged_scalars = (*type(self).logged_scalars, *(f"{stage}/{self.fairness_metric}_*"
+                                                                 for stage in ("val", "test", "val/all", "test/all")))
         check_positive("FairnessMetrics.histogram_every", histogram_every, integer=True)
         self.histogram_every = histogram_every
         self.method_name = method_name

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -10,7 +12,7 @@ import torchmetrics
 
 from lightning_fl.callbacks import FairnessMetrics
 from lightning_fl.datamodules import SyntheticDataModule
-from lightning_fl.engines.evaluation import evaluate_segments
+from lightning_fl.engines.evaluation import GlobalModelView, evaluate_segments
 from lightning_fl.engines.user_metrics import evaluate_row_splits, evaluate_split, metric_key
 from lightning_fl.faults.validation import ConfigError
 from lightning_fl.models import LogisticRegression
@@ -154,3 +156,21 @@ def test_a_metric_the_module_never_logs_fails_before_round_1(tmp_path) -> None:
         _fit(tmp_path, FairnessMetrics(fairness_metric="val/mae"))
     assert "\n" not in str(err.value)
     assert not (tmp_path / "fairness_summary.md").exists()
+
+
+def _setup(callback: FairnessMetrics, module: pl.LightningModule) -> None:
+    x, y, _ = _regression_data([8])
+    view = GlobalModelView(module, SimpleNamespace(x_train=x, y_train=y), FlatStateLayout(module.state_dict()), 64)
+    callback.on_federation_setup(SimpleNamespace(aggregation="FedAvg", evaluated="global model", evaluation="",
+                                                 eval_protocol=None, global_model=view))
+
+
+def test_the_set_up_check_reads_what_a_plain_module_logs() -> None:
+    callback = FairnessMetrics(fairness_metric="test/mse")
+    _setup(callback, Regression())
+    assert callback._metric == ("mse", False)  # "mse": lower is better by default
+    callback = FairnessMetrics(fairness_metric="mae", higher_is_better=True)
+    _setup(callback, Regression())
+    assert callback._metric == ("mae", True)  # a declared direction wins
+    with pytest.raises(ConfigError, match="not a classifier and logs no acc; declare one of .*: mae, mse, n, tm_mse"):
+        _setup(FairnessMetrics(), Regression())
