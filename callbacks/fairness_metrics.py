@@ -11,7 +11,8 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_fl.engines.evaluation import ClientEvaluation
-from lightning_fl.faults.validation import check_choice, check_positive
+from lightning_fl.engines.user_metrics import logged_names, metric_key, uses_own_metrics
+from lightning_fl.faults.validation import ConfigError, check_choice, check_positive
 from lightning_fl.faults.write_failures import writing
 from lightning_fl.functional.fairness import (
     FAIRNESS_KEYS,
@@ -20,6 +21,8 @@ from lightning_fl.functional.fairness import (
     last_rounds_count,
     mean_over_last_rounds,
 )
+from lightning_fl.functional.value_fairness import VALUE_FAIRNESS_KEYS, default_higher_is_better, value_fairness
+from lightning_fl.models.base import ClientModule
 from lightning_fl.personalization.protocol import EvalProtocol
 from lightning_fl.personalization.round_rules import (
     OPTIMISTIC_PREFIX,
@@ -33,9 +36,12 @@ from lightning_fl.reporting.figures import accuracy_histogram_figure
 from lightning_fl.reporting.round_logger import RoundLogger
 from lightning_fl.reporting.tables import (
     LAST_ROUNDS_COLUMNS,
+    direction_note,
     fairness_csv,
     fairness_table,
     last_rounds_note,
+    metric_csv,
+    metric_table,
 )
 from lightning_fl.simulation.callback import FederatedCallback
 from lightning_fl.simulation.federation import Federation
@@ -81,14 +87,31 @@ class FairnessMetrics(FederatedCallback):
     ``evaluate_last_rounds`` every round of that window is evaluated, whatever
     ``check_val_every_n_epoch``, so the average covers all of its rounds as the paper's does.
 
+    With ``fairness_metric`` the statistics, the table and ``fairness_summary.*`` are computed over any
+    per-client metric the client module logs in its ``validation_step``/``test_step`` (its stage prefix
+    ``val/``, ``test/`` dropped: ``val/mse`` and ``test/mse`` are ``mse``), with its direction:
+    ``{stage}/<metric>_mean``, ``_weighted``, ``_worst20``, ``_best20``, ``_var`` (the metric's units
+    squared), ``_std``, ``_min``, ``_max`` and ``_jain`` (:func:`~lightning_fl.functional.value_fairness.value_fairness`);
+    the worst 20% of a lower-is-better metric are its highest values. The table and both summary files
+    name the metric and direction. A classifier's accuracy statistics are logged beside it as before
+    (the rounds rules still choose on them); ``acc`` (the default) is the argmax accuracy of the
+    classifier pass, ``loss`` its mean cross-entropy unless the module logs a ``loss`` of its own.
+
     Args:
         histogram_every: Log the accuracy histogram (and a figure of it) every this many evaluations.
         method_name: Row name in the summary table; defaults to the aggregation callback's class name.
         evaluate_last_rounds: Evaluate every round of the last ``ceil(0.1 * max_epochs)`` (IGFL's
             window); earlier rounds keep ``check_val_every_n_epoch``. Default ``False``.
+        fairness_metric: The per-client metric the fairness statistics are computed over: ``acc``,
+            ``loss`` or any name the module logs (``val/mse``, ``mse``). Default: ``acc`` for a classifier
+            (a :class:`~lightning_fl.models.ClientModule`, or a module that logs ``acc``).
+        higher_is_better: The metric's direction. Default: ``False`` for names containing ``loss``,
+            ``mse``, ``mae`` or ``perplexity``, ``True`` otherwise.
 
     Raises:
-        ConfigError: If ``evaluate_last_rounds`` is not a bool or ``histogram_every`` not an integer >= 1.
+        ConfigError: If ``evaluate_last_rounds`` is not a bool, ``histogram_every`` not an integer >= 1,
+            ``higher_is_better`` not a bool, or (before round 1: a set-up call of the module's steps on
+            four training samples) the module never logs ``fairness_metric``.
 
     Example (YAML)::
 
@@ -99,8 +122,22 @@ class FairnessMetrics(FederatedCallback):
                       *(f"test/{key}_last10pct" for key in _LAST_ROUNDS_KEYS), f"{OPTIMISTIC_PREFIX}/*")
 
     def __init__(self, histogram_every: int = 1, method_name: str | None = None,
-                 evaluate_last_rounds: bool = False) -> None:
+                 evaluate_last_rounds: bool = False, fairness_metric: str | None = None,
+                 higher_is_better: bool | None = None) -> None:
         check_choice("evaluate_last_rounds", evaluate_last_rounds, (False, True))
+        check_choice("FairnessMetrics.higher_is_better", higher_is_better, (None, False, True))
+        if fairness_metric is not None and not (isinstance(fairness_metric, str) and metric_key(fairness_metric)):
+            raise ConfigError(f"FairnessMetrics.fairness_metric must name a metric (acc, loss, val/mse); got"
+                              f" {fairness_metric!r}")
+        self.fairness_metric = None if fairness_metric is None else metric_key(fairness_metric)
+        if self.fairness_metric == "acc" and higher_is_better is False:
+            raise ConfigError("FairnessMetrics.higher_is_better: false contradicts fairness_metric acc (accuracy is"
+                              " higher-is-better); leave higher_is_better out")
+        self.higher_is_better = higher_is_better
+        self._resolved: tuple[str, bool] | None = None  # (metric, higher is better) once checked against the module
+        if self.fairness_metric not in (None, "acc"):  # what run_checks may find this callback logging
+            self.logged_scalars = (*type(self).logged_scalars, *(f"{stage}/{self.fairness_metric}_*"
+                                                                 for stage in ("val", "test", "val/all", "test/all")))
         check_positive("FairnessMetrics.histogram_every", histogram_every, integer=True)
         self.histogram_every = histogram_every
         self.method_name = method_name
@@ -116,6 +153,52 @@ class FairnessMetrics(FederatedCallback):
         self._aggregation = federation.aggregation
         self._evaluated, self._evaluation = federation.evaluated, federation.evaluation
         self._protocol = federation.eval_protocol or EvalProtocol()
+        if getattr(federation, "global_model", None) is not None:  # without a run: at the first evaluation
+            self._check_metric(federation)
+
+    def _check_metric(self, federation: Federation) -> None:
+        """Before round 1: the declared metric must be one the module logs (its steps run on a few samples)."""
+        view = federation.global_model
+        cls = view.module_class
+        classifier = {"acc", "loss"} if issubclass(cls, ClientModule) else set()
+        logged = {"val": set(), "test": set()}
+        if uses_own_metrics(cls):  # a copy: the dry run leaves no state in the run's model or metrics
+            x, y = view.training_data()
+            logged = logged_names(view.copy(), x[:4], y[:4])
+        common = (classifier | logged["val"]) & (classifier | logged["test"])
+        name = self.fairness_metric
+        if name is None:
+            if "acc" not in common:
+                raise ConfigError(f"FairnessMetrics.fairness_metric: model.client {cls.__name__} is not a"
+                                  f" classifier and logs no acc; declare one of what its validation_step/test_step"
+                                  f" log: {', '.join(sorted(common)) or 'nothing'}")
+            name = "acc"
+        elif name not in common:
+            raise ConfigError(f"FairnessMetrics.fairness_metric {name!r}: model.client {cls.__name__} never"
+                              f" logs it in validation_step and test_step; it has {', '.join(sorted(common)) or 'none'}")
+        self._resolved = (name, default_higher_is_better(name) if self.higher_is_better is None
+                          else self.higher_is_better)
+
+    @property
+    def _metric(self) -> tuple[str, bool]:
+        """The declared metric and direction; without a set-up (callback driven directly) the defaults."""
+        if self._resolved is not None:
+            return self._resolved
+        name = self.fairness_metric or "acc"
+        return name, default_higher_is_better(name) if self.higher_is_better is None else self.higher_is_better
+
+    def _metric_statistics(self, evaluation: ClientEvaluation, name: str, higher_is_better: bool,
+                           counted: torch.Tensor | None) -> dict[str, float]:
+        try:  # reached only when the set-up check could not run (no global model): the first evaluation fails
+            values = evaluation.metric(name)
+        except KeyError as err:
+            raise ConfigError(f"FairnessMetrics.fairness_metric: {err.args[0]}") from None
+        total = evaluation.total
+        if counted is not None:
+            values, total = values[counted], total[counted]
+        values = torch.where(total > 0, values, torch.full_like(values, float("nan")))
+        statistics = value_fairness(values, higher_is_better, weights=total)
+        return {f"{name}_{key}": value for key, value in statistics.items()}
 
     @override
     def on_clients_evaluated(self, round_idx: int, evaluation: ClientEvaluation, federation: Federation,
@@ -123,15 +206,26 @@ class FairnessMetrics(FederatedCallback):
         self._aggregation = federation.aggregation
         stage = evaluation.stage
         correct, total = evaluation.correct, evaluation.total
+        # Accuracy statistics wherever there is an accuracy (NaN: a module that is not a classifier).
+        accuracy = not bool(correct.isnan().any())
+        name, higher_is_better = self._metric
+        declared = name != "acc" or not accuracy
         if evaluation.counted is not None:  # under an attack: everyone as <stage>/all/*, the honest as <stage>/*
-            everyone = fairness_metrics(correct, total)
+            everyone = fairness_metrics(correct, total) if accuracy else {}
+            if declared:
+                everyone.update(self._metric_statistics(evaluation, name, higher_is_better, None))
             log.log_scalars({f"{stage}/all/{k}": v for k, v in everyone.items()})
             self.history.append({"stage": f"{stage}/all", "round": evaluation.round_number, **everyone})
             correct, total = correct[evaluation.counted], total[evaluation.counted]
             self._left_out = int((~evaluation.counted).sum())
-        metrics = fairness_metrics(correct, total)
-        log.log_scalars({f"{stage}/{k}": v for k, v in metrics.items()}, prog_bar=(f"{stage}/acc_mean",))
+        metrics = fairness_metrics(correct, total) if accuracy else {}
+        if declared:
+            metrics.update(self._metric_statistics(evaluation, name, higher_is_better, evaluation.counted))
+        headline = f"{stage}/acc_mean" if not declared else f"{stage}/{name}_mean"
+        log.log_scalars({f"{stage}/{k}": v for k, v in metrics.items()}, prog_bar=(headline,))
         self.history.append({"stage": stage, "round": evaluation.round_number, **metrics})
+        if not accuracy:  # the accuracy histogram and client_accuracy.csv need an accuracy
+            return
         accuracies = client_accuracies(evaluation.correct, evaluation.total)
         if log.outputs.directory is not None:  # rank 0 of a run with a logger
             append_client_rows(Path(log.outputs.directory) / "client_accuracy.csv", evaluation.round_number, stage,
@@ -159,7 +253,7 @@ class FairnessMetrics(FederatedCallback):
     def _last_rounds(self, trainer: pl.Trainer) -> tuple[dict[str, float], int, list[int]] | None:
         """IGFL's metric after ``fit``: ``(metrics, window, evaluated rounds)``, logged at the final round."""
         tests = [row for row in self.history if row["stage"] == "test"]
-        if not tests:
+        if not tests or "acc_mean" not in tests[-1]:  # IGFL's metric is an accuracy
             return None
         final = tests[-1]["round"]
         # max_epochs is the run's length in rounds; -1 (no limit) falls back to the rounds run.
@@ -215,7 +309,11 @@ class FairnessMetrics(FederatedCallback):
         rounds = f"after {row['round']} round{'' if row['round'] == 1 else 's'}"
         row, rounds, note = self._reported(trainer, row) if fit else (row, rounds, "")
         name = self.method_name or self._aggregation
-        table = fairness_table({name: row})
+        metric, higher_is_better = self._metric
+        declared = metric != "acc" or "acc_mean" not in row
+        table = metric_table({name: row}, metric, higher_is_better) if declared else fairness_table({name: row})
+        if declared:
+            table = f"{direction_note(metric, higher_is_better)}\n\n{table}"
         note = ("" if last_rounds is None else "\n" + last_rounds_note(*last_rounds)) + (note and "\n" + note)
         metrics = trainer.callback_metrics
         for tag, what in (("dp/epsilon", "Client-level DP: epsilon"),  # model.dp: what the released models cost
@@ -239,12 +337,16 @@ class FairnessMetrics(FederatedCallback):
                     f"{evaluation + chr(10) * 2 if evaluation else ''}{table}{note}")
         summary = os.path.join(log_dir, f"fairness_summary{suffix}.csv")
         with writing(summary, "the fairness summary"), open(summary, "w") as f:
-            if last_rounds is None:
+            if declared:
+                f.write(metric_csv({name: row}, metric, higher_is_better))
+            elif last_rounds is None:
                 f.write(fairness_csv({name: row}))
             else:
                 f.write(fairness_csv({name: {**row, **last_rounds[0]}}, LAST_ROUNDS_COLUMNS))
         history = os.path.join(log_dir, "fairness_history.csv")
         with writing(history, "the fairness history"), open(history, "w") as f:
-            f.write(",".join(("stage", "round", *FAIRNESS_KEYS)) + "\n")
-            f.writelines(",".join([h["stage"], str(h["round"]), *(repr(h[k]) for k in FAIRNESS_KEYS)]) + "\n"
+            keys = [*(FAIRNESS_KEYS if "acc_mean" in row else ()),
+                    *((f"{metric}_{k}" for k in VALUE_FAIRNESS_KEYS) if declared else ())]
+            f.write(",".join(("stage", "round", *keys)) + "\n")
+            f.writelines(",".join([h["stage"], str(h["round"]), *(repr(h.get(k, float("nan"))) for k in keys)]) + "\n"
                          for h in self.history)

@@ -73,7 +73,9 @@ class FedFa(AggregationCallback):
       ``y_k`` on the client's full training split, one extra forward pass after local training (a
       straggler's ``y_k`` is what it actually trained); ``running`` is the running accuracy over the
       samples of the final local epoch, from the logits of those training steps (free, but it can
-      differ a lot with one local epoch).
+      differ a lot with one local epoch). Which metric: the argmax accuracy of the module's
+      ``forward`` logits against the labels (``ClientModule``), never what the module logs in its own
+      ``validation_step``/``test_step`` nor ``FairnessMetrics.fairness_metric``.
     - **Frequency term:** it gives *more* weight to clients that have participated more often
       (``-log2(1 - f')`` grows with ``f'``), exactly as eq. 12 is written; the accuracy term gives
       more weight to clients with *lower* training accuracy.

@@ -30,7 +30,10 @@ class QFFL(AggregationCallback):
         w^{t+1} = w^t - sum_k D_k / sum_k h_k
 
     The callback sets ``requires_loss_before`` so the engine measures ``loss_before_k`` (one extra
-    forward pass over each cohort member's train split per round). Math:
+    forward pass over each cohort member's train split per round): the mean of the module's
+    ``loss(forward(x), y)`` (``ClientModule.loss``, cross-entropy by default) over the split, the
+    training objective itself, never what the module logs in ``validation_step`` nor
+    ``FairnessMetrics.fairness_metric``. Math:
     :func:`lightning_fl.functional.qffl.qffl_step`.
 
     Readings (see the functional module): ``||dw_k||^2`` is over the whole flattened state; the

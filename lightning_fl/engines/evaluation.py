@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -167,6 +167,9 @@ class ClientEvaluation:
         loss_sum: ``(N,)`` summed loss per client.
         counted: ``(N,)`` bool, the clients the headline metrics cover (the honest ones under an attack);
             ``None``: every client.
+        values: The module's own per-client metrics when it overrides ``validation_step``/``test_step``:
+            metric key (logged name without ``val/``, ``test/``) -> ``(N,)`` float64, ``NaN`` where a
+            client has none (lightning_fl.engines.user_metrics); empty for a plain classifier.
     """
 
     stage: str
@@ -175,6 +178,29 @@ class ClientEvaluation:
     total: Tensor
     loss_sum: Tensor
     counted: Tensor | None = None
+    values: dict[str, Tensor] = field(default_factory=dict)
+
+    def metric(self, name: str) -> Tensor:
+        """``(N,)`` float64 per-client values of metric ``name``, ``NaN`` for clients without samples.
+
+        What the module logs under ``name`` comes first; otherwise ``acc`` is ``correct / total`` and
+        ``loss`` is ``loss_sum / total``.
+
+        Raises:
+            KeyError: If the module logs no ``name`` and it is neither ``acc`` nor ``loss``.
+        """
+        if name in self.values:
+            return self.values[name]
+        if name not in ("acc", "loss"):
+            raise KeyError(f"the evaluation has no metric {name!r}; it has {', '.join(self.metric_names)}")
+        numerator = self.correct if name == "acc" else self.loss_sum
+        safe = torch.where(self.total > 0, self.total, torch.ones_like(self.total))
+        return torch.where(self.total > 0, numerator.double() / safe, torch.full_like(safe, float("nan")))
+
+    @property
+    def metric_names(self) -> list[str]:
+        """Every metric :meth:`metric` answers."""
+        return sorted({"acc", "loss", *self.values})
 
     @property
     def pooled_loss(self) -> float:
@@ -207,6 +233,11 @@ class GlobalModelView:
     def weights(self) -> Tensor:
         """``(d,)`` fp32: a copy of the global model's flat state ``w^t``."""
         return self._layout.flatten(self._model.state_dict()).clone()
+
+    @property
+    def module_class(self) -> type:
+        """The client module's class (what a callback may check without copying the model)."""
+        return type(self._model)
 
     def copy(self) -> ClientModule:
         """A private deep copy of the global model (to train a reference without touching the run's)."""

@@ -6,7 +6,8 @@ import csv
 import io
 from collections.abc import Mapping, Sequence
 
-__all__ = ["LAST_ROUNDS_COLUMNS", "fairness_csv", "fairness_table", "last_rounds_note"]
+__all__ = ["LAST_ROUNDS_COLUMNS", "direction_note", "fairness_csv", "fairness_table", "last_rounds_note", "metric_csv",
+           "metric_table"]
 
 #: Column headers of the FedFa Table 2 layout used by :func:`fairness_table` / :func:`fairness_csv`.
 _TABLE_COLUMNS: tuple[str, ...] = ("Method", "Average", "Worst 20%", "Best 20%", "Variance")
@@ -124,3 +125,64 @@ def last_rounds_note(metrics: Mapping[str, float], window: int, rounds: Sequence
     return (f"Last 10% of rounds (IGFL's metric; the last {window} round{'s' if window != 1 else ''}, evaluated at"
             f" round{'s' if len(rounds) != 1 else ''} {evaluated}): Average {100.0 * metrics['acc_mean_last10pct']:.2f}%,"
             f" Pooled {100.0 * metrics['acc_pooled_last10pct']:.2f}%.\n")
+
+
+def direction_note(metric: str, higher_is_better: bool) -> str:
+    """The line that names the table's metric and direction (what Worst 20% and Best 20% mean).
+
+    Example:
+        >>> direction_note("mse", False)
+        'Per-client mse, lower is better: Worst 20% is the mean of the highest 20% of clients, Best 20% of the lowest.'
+    """
+    worst, best = ("lowest", "highest") if higher_is_better else ("highest", "lowest")
+    return (f"Per-client {metric}, {'higher' if higher_is_better else 'lower'} is better: Worst 20% is the mean of the"
+            f" {worst} 20% of clients, Best 20% of the {best}.")
+
+
+def _metric_values(name: str, metrics: Mapping[str, float], metric: str) -> tuple[float, ...]:
+    keys = [f"{metric}_{key}" for key in ("mean", "worst20", "best20", "var")]
+    missing = [k for k in keys if k not in metrics]
+    if missing:
+        raise KeyError(f"metrics for {name!r} lack keys {missing}")
+    return tuple(float(metrics[k]) for k in keys)
+
+
+def metric_table(rows: Mapping[str, Mapping[str, float]], metric: str, higher_is_better: bool) -> str:
+    """:func:`fairness_table` over a declared per-client metric (``FairnessMetrics.fairness_metric``).
+
+    The numbers are the metric's own (4 significant digits, no ``%``: an MSE is not a fraction) from
+    the keys ``<metric>_mean``, ``_worst20``, ``_best20`` and ``_var`` (variance in the metric's units
+    squared); the header names the metric and its direction.
+
+    Example:
+        >>> print(metric_table({"FedAvg": {"mse_mean": 0.5, "mse_worst20": 1.25, "mse_best20": 0.125,
+        ...                                "mse_var": 0.0625}}, "mse", False), end="")
+        | Method | Average mse (lower is better) | Worst 20% | Best 20% | Variance |
+        | :--- | ---: | ---: | ---: | ---: |
+        | FedAvg | 0.5 | 1.25 | 0.125 | 0.0625 |
+    """
+    direction = "higher" if higher_is_better else "lower"
+    columns = ("Method", f"Average {metric} ({direction} is better)", *_TABLE_COLUMNS[2:])
+    lines = ["| " + " | ".join(columns) + " |", "| :--- | " + " | ".join("---:" for _ in columns[1:]) + " |"]
+    for name, metrics in rows.items():
+        cells = [str(name).replace("|", "\\|"), *(f"{v:.4g}" for v in _metric_values(name, metrics, metric))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def metric_csv(rows: Mapping[str, Mapping[str, float]], metric: str, higher_is_better: bool) -> str:
+    """:func:`metric_table` as CSV at full precision, with the metric and direction as columns.
+
+    Example:
+        >>> print(metric_csv({"FedAvg": {"mse_mean": 0.5, "mse_worst20": 1.25, "mse_best20": 0.125,
+        ...                              "mse_var": 0.0625}}, "mse", False), end="")
+        Method,Metric,Higher is better,Average,Worst 20%,Best 20%,Variance
+        FedAvg,mse,False,0.5,1.25,0.125,0.0625
+    """
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([_TABLE_COLUMNS[0], "Metric", "Higher is better", *_TABLE_COLUMNS[1:]])
+    for name, metrics in rows.items():
+        writer.writerow([str(name), metric, higher_is_better,
+                         *(repr(v) for v in _metric_values(name, metrics, metric))])
+    return buf.getvalue()

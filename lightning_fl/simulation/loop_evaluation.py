@@ -10,7 +10,8 @@ from pytorch_lightning import LightningModule
 from pytorch_lightning.trainer.states import TrainerFn
 from typing_extensions import override
 
-from lightning_fl.engines.evaluation import ClientEvaluation, evaluate_segments
+from lightning_fl.engines.evaluation import ClientEvaluation
+from lightning_fl.engines.user_metrics import evaluate_split
 from lightning_fl.functional.fairness import last_rounds_count
 from lightning_fl.reporting.round_logger import RoundLogger
 
@@ -79,10 +80,11 @@ class EvaluationHooks(LightningModule):
                 self._pending_scalars.update(scalars)
                 continue
             x, y, offsets = self.data.split(stage)
-            correct, total, loss_sum = evaluate_segments(self.model, x, y, offsets, self.eval_batch_size,
-                                                         self.sharding)
+            # The module's own validation_step/test_step where it has them; the fast classifier pass otherwise.
+            correct, total, loss_sum, values = evaluate_split(self.model, stage, x, y, offsets, self.eval_batch_size,
+                                                              self.sharding)
             self._pending_evaluations.append(ClientEvaluation(stage, self.rounds_completed, correct, total, loss_sum,
-                                                              self.honest_clients))
+                                                              self.honest_clients, values))
 
     def _dispatch_evaluation(self, monitor: Callable[[str, float, bool], None] | None = None) -> None:
         # `validate` and `test` hand their scalars to Lightning (logger=True, with the round as the

@@ -13,8 +13,9 @@ import torch
 from torch import Tensor
 
 from lightning_fl.engines.base import ClientEngine
-from lightning_fl.engines.evaluation import ChunkSharding, ClientEvaluation, evaluate_rows, evaluate_segments
+from lightning_fl.engines.evaluation import ChunkSharding, ClientEvaluation
 from lightning_fl.engines.hooks import ClientHookSet
+from lightning_fl.engines.user_metrics import evaluate_row_splits, evaluate_split
 from lightning_fl.faults.validation import ConfigError
 from lightning_fl.functional.personal_metrics import gap_metrics
 from lightning_fl.models.base import ClientModule
@@ -110,8 +111,10 @@ class ProtocolEvaluation:
     def _score(self, stage: str, round_number: int, kind: str, members: Tensor, counted: Tensor | None
                ) -> ClientEvaluation:
         x, y, offsets = self.data.split(stage.split("/")[0])
+        values: dict[str, Tensor] = {}
         if kind == "global":
-            correct, total, loss_sum = evaluate_segments(self.model, x, y, offsets, self.batch_size, self.sharding)
+            correct, total, loss_sum, values = evaluate_split(self.model, stage, x, y, offsets, self.batch_size,
+                                                              self.sharding)
         else:
             correct = torch.zeros(self.data.num_clients, dtype=torch.float64)
             total, loss_sum = torch.zeros_like(correct), torch.zeros_like(correct)
@@ -120,14 +123,17 @@ class ProtocolEvaluation:
             for chunk in ids.split(_ROWS_AT_ONCE):
                 rows = self._rows(kind, chunk, global_w, round_number)
                 splits = [(x[offsets[k] : offsets[k + 1]], y[offsets[k] : offsets[k + 1]]) for k in chunk.tolist()]
-                correct[chunk], total[chunk], loss_sum[chunk] = evaluate_rows(self.model, self.layout, rows, splits,
-                                                                              self.batch_size)
+                correct[chunk], total[chunk], loss_sum[chunk], chunk_values = evaluate_row_splits(
+                    self.model, self.layout, rows, stage, splits, self.batch_size)
+                for key, value in chunk_values.items():
+                    values.setdefault(key, torch.full_like(correct, float("nan")))[chunk] = value
         keep = members if counted is None else members & counted.cpu()
         # Clients outside the set: no samples, so every statistic and the client table leave them out.
         zero = torch.zeros_like(correct)
         correct, total, loss_sum = (torch.where(members, v, zero) for v in (correct, total, loss_sum))
+        values = {key: torch.where(members, v, torch.full_like(v, float("nan"))) for key, v in values.items()}
         return ClientEvaluation(stage, round_number, correct, total, loss_sum,
-                                None if counted is None else keep | ~members)
+                                None if counted is None else keep | ~members, values)
 
     def _rows(self, kind: str, client_ids: Tensor, global_w: Tensor, round_number: int) -> Tensor:
         if kind == "finetuned":

@@ -26,6 +26,7 @@ MODULES = [
     "robust_distance",
     "apfl",
     "pfedme",
+    "value_fairness",
 ]
 
 
