@@ -11,7 +11,7 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_fl.engines.evaluation import ClientEvaluation
-from lightning_fl.engines.user_metrics import logged_names, metric_key, uses_own_metrics
+from lightning_fl.engines.user_metrics import judged_as_classifier, logged_names, metric_key, uses_own_metrics
 from lightning_fl.faults.validation import ConfigError, check_choice, check_positive
 from lightning_fl.faults.write_failures import writing
 from lightning_fl.functional.fairness import (
@@ -160,7 +160,15 @@ class FairnessMetrics(FederatedCallback):
         """Before round 1: the declared metric must be one the module logs (its steps run on a few samples)."""
         view = federation.global_model
         cls = view.module_class
-        classifier = {"acc", "loss"} if issubclass(cls, ClientModule) else set()
+        classifier = {"acc", "loss"} if judged_as_classifier(cls) else set()
+        if classifier and not issubclass(cls, ClientModule):  # a plain module's forward must give class logits
+            x, _ = view.training_data()
+            with torch.no_grad():
+                shape = tuple(view.copy().eval()(x[:2]).shape)
+            if shape != (min(2, len(x)), federation.num_classes):
+                raise ConfigError(f"FairnessMetrics: model.client {cls.__name__} writes no validation_step/test_step,"
+                                  f" so it is scored as a classifier, but its forward returns shape {shape}, not"
+                                  f" (batch, {federation.num_classes}); log a metric in validation_step")
         logged = {"val": set(), "test": set()}
         if uses_own_metrics(cls):  # a copy: the dry run leaves no state in the run's model or metrics
             x, y = view.training_data()

@@ -25,7 +25,8 @@ from lightning_fl.engines.evaluation import ChunkSharding, evaluate_rows, evalua
 from lightning_fl.models.base import ClientModule
 from lightning_fl.state.flat_state import FlatStateLayout
 
-__all__ = ["evaluate_row_splits", "evaluate_split", "evaluate_steps", "logged_names", "metric_key", "uses_own_metrics"]
+__all__ = ["evaluate_row_splits", "evaluate_split", "evaluate_steps", "judged_as_classifier", "logged_names", "metric_key",
+           "uses_own_metrics"]
 
 _STEP_OF = {"val": "validation_step", "test": "test_step"}
 #: Stage prefixes a logged name may carry; stripped so that ``val/mse`` and ``test/mse`` are one metric.
@@ -51,6 +52,17 @@ def _overrides(model: torch.nn.Module | type, name: str) -> bool:
 def uses_own_metrics(model: torch.nn.Module | type) -> bool:
     """True when ``model`` (a module or its class) overrides ``validation_step`` or ``test_step``."""
     return _overrides(model, "validation_step") or _overrides(model, "test_step")
+
+
+def judged_as_classifier(model: torch.nn.Module | type) -> bool:
+    """Whether ``model`` is scored by argmax accuracy and cross-entropy of its ``forward`` (the fast path).
+
+    Every :class:`ClientModule`, and any other module that writes neither ``validation_step`` nor
+    ``test_step``: it declares no metric of its own, so its forward is read as class logits, as
+    Lightning users' classifiers return them (the set-up check of ``FairnessMetrics`` verifies the shape).
+    """
+    cls = model if isinstance(model, type) else type(model)
+    return issubclass(cls, ClientModule) or not uses_own_metrics(cls)
 
 
 def _step(model: LightningModule, stage: str) -> Callable[[Any, int], Any]:
@@ -196,7 +208,7 @@ def evaluate_split(model: LightningModule, stage: str, x: Tensor, y: Tensor, off
     ``r, r + W, ...`` and the per-client values are gathered (each client's value is computed on one
     rank from its data alone, so any ``W`` gives the same numbers).
     """
-    classifier = isinstance(model, ClientModule)
+    classifier = judged_as_classifier(model)
     if classifier:
         correct, total, loss_sum = evaluate_segments(model, x, y, offsets, batch_size, sharding)
         if not uses_own_metrics(model):
@@ -238,7 +250,7 @@ def evaluate_row_splits(model: LightningModule, layout: FlatStateLayout, rows: T
     Each row is copied into the model's state for its client's steps and the model's own state is put
     back bit for bit afterwards (a step is a method, which ``functional_call`` cannot run).
     """
-    classifier = isinstance(model, ClientModule)
+    classifier = judged_as_classifier(model)
     if classifier:
         correct, total, loss_sum = evaluate_rows(model, layout, rows, splits, batch_size)
         if not uses_own_metrics(model):
