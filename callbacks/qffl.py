@@ -30,11 +30,15 @@ class QFFL(AggregationCallback):
         w^{t+1} = w^t - sum_k D_k / sum_k h_k
 
     The callback sets ``requires_loss_before`` so the engine measures ``loss_before_k`` (one extra
-    forward pass over each cohort member's train split per round): the mean of the module's
-    ``loss(forward(x), y)`` (``ClientModule.loss``, cross-entropy by default) over the split, the
-    training objective itself, never what the module logs in ``validation_step`` nor
-    ``FairnessMetrics.fairness_metric``. Math:
-    :func:`lightning_fl.functional.qffl.qffl_step`.
+    forward pass over each cohort member's train split per round) as the mean of the client's training
+    objective over the split, never what the module logs in ``validation_step`` nor
+    ``FairnessMetrics.fairness_metric``: for a :class:`~lightning_fl.models.ClientModule`, its
+    ``loss(forward(x), y)`` (cross-entropy by default); for a plain LightningModule, the loss its own
+    ``training_step`` returns, run in eval mode without gradient (no dropout; BatchNorm's running
+    statistics), sample-weighted over chunks of the split
+    (:func:`lightning_fl.engines.evaluation.training_step_losses`), identical in both engines and any
+    number of processes. ``F_k`` must be >= 0: a negative ``loss_before_k`` (a ``training_step`` returning
+    e.g. a log-likelihood) stops the run with one line. Math: :func:`lightning_fl.functional.qffl.qffl_step`.
 
     Readings (see the functional module): ``||dw_k||^2`` is over the whole flattened state; the
     aggregate is never weighted by ``n_k`` (``q = 0`` gives the *unweighted* mean of the cohort);
@@ -95,6 +99,11 @@ class QFFL(AggregationCallback):
                     log: RoundLogger) -> Combination:
         if update.loss_before is None:
             raise RuntimeError("q-FFL needs CohortUpdate.loss_before; the engine did not measure it")
+        if bool((update.loss_before < 0).any()):  # F_k^q of a negative loss is undefined for most q
+            k = int(update.loss_before.argmin())
+            raise ConfigError(f"q-FFL needs a non-negative client loss F_k (its weights are F_k^q); client"
+                              f" {int(update.client_ids[k])}'s loss before training is"
+                              f" {float(update.loss_before[k]):.6g}: make model.client's training objective >= 0")
         if self.dp_safe:
             own = dp_safe_qffl_weights(update.loss_before, self.q, self.f_max).to(global_w)
             p, degenerate = normalize_weights(own)

@@ -9,7 +9,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from lightning_fl.callbacks import FedAvg, FedFa
+from lightning_fl.callbacks import FedAvg, FedFa, QFFL
 from lightning_fl.datamodules import SyntheticDataModule
 from lightning_fl.faults.validation import ConfigError
 from lightning_fl.simulation.loop import FederatedLoop
@@ -158,3 +158,57 @@ def test_the_cli_accepts_a_plain_module_by_class_path(tiny) -> None:
     config = tiny(**{"model.client": {"class_path": "tests.test_user_module.SmoothNet"}, "model.optimizer": None,
                      "trainer.max_epochs": 2})
     assert run_cli("fit", "--config", str(config)) == 0
+
+
+class _RecordingQFFL(QFFL):
+    """q-FFL that keeps each round's ``w^t``, cohort and ``loss_before``."""
+
+    def __init__(self) -> None:
+        super().__init__(q=1.0)
+        self.seen: list[tuple[torch.Tensor, list[int], torch.Tensor]] = []
+
+    def combination(self, round_idx, global_w, update, federation, log):
+        self.seen.append((global_w.clone(), update.client_ids.tolist(), update.loss_before.clone()))
+        return super().combination(round_idx, global_w, update, federation, log)
+
+
+def _objective(loop, global_w, client_ids, cls=SmoothNet, smoothing: float = 0.1) -> torch.Tensor:
+    """The module's objective at ``w^t`` on each client's whole train split, in eval mode, written out here."""
+    net = _model(cls)
+    loop.layout.load_into(global_w, net.state_dict())
+    net.eval()
+    with torch.no_grad():
+        return torch.stack([F.cross_entropy(net(x), y, label_smoothing=smoothing).double()
+                            for x, y in map(loop.data.client_train, client_ids)])
+
+
+class _Dropped(SmoothNet):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net.insert(2, torch.nn.Dropout(0.5))
+
+
+def test_qffl_reads_the_training_step_loss_the_same_way_in_both_engines() -> None:
+    callbacks = {engine: _RecordingQFFL() for engine in ("sequential", "vectorized")}
+    loops = {engine: _fit(engine, rounds=2, callback=callback, samples=100) for engine, callback in callbacks.items()}
+    sequential = loops["sequential"]
+    assert len(callbacks["sequential"].seen) == 2
+    for (global_w, ids, loss_before), (_, other_ids, other) in zip(callbacks["sequential"].seen,
+                                                                   callbacks["vectorized"].seen):
+        expected = _objective(sequential, global_w, ids)
+        assert torch.allclose(loss_before, expected, rtol=1e-6, atol=0)
+        # Label smoothing is in it: not the plain cross-entropy of forward that a ClientModule is read by.
+        assert not torch.allclose(loss_before, _objective(sequential, global_w, ids, smoothing=0.0), rtol=1e-3)
+        assert ids == other_ids and torch.allclose(loss_before, other, rtol=1e-6, atol=0)
+    assert torch.allclose(_flat(sequential), _flat(loops["vectorized"]), atol=1e-6)
+    # With dropout the loss is read in eval mode (dropout off): deterministic, and equal to the written-out one.
+    recording = _RecordingQFFL()
+    dropped = _fit("sequential", rounds=1, model=_model(_Dropped), callback=recording)
+    global_w, ids, loss_before = recording.seen[0]
+    assert torch.allclose(loss_before, _objective(dropped, global_w, ids, _Dropped), rtol=1e-6, atol=0)
+
+
+def test_qffl_refuses_a_negative_training_loss_with_one_line() -> None:
+    negative = _bad(step=lambda m, b: F.cross_entropy(m(b[0]), b[1]) - 100.0)
+    with pytest.raises(ConfigError, match="q-FFL needs a non-negative client loss F_k.*loss before training is -9"):
+        _fit("sequential", rounds=1, model=negative, callback=QFFL())

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+from pytorch_lightning import LightningModule
 from torch import Tensor
 from torch.func import functional_call
 
 from lightning_fl.models.base import ClientModule
+from lightning_fl.models.user_module import is_user_module, quiet_logging, step_loss
 from lightning_fl.state.data import FederatedData
 from lightning_fl.state.flat_state import FlatStateLayout
 
@@ -75,18 +77,59 @@ def evaluate_segments(model: ClientModule, x: Tensor, y: Tensor, offsets: Tensor
     return correct.cpu(), offsets.diff().double().cpu(), loss_sum.cpu()
 
 
-def client_train_losses(model: ClientModule, data: FederatedData, client_ids: Tensor, batch_size: int = 4096) -> Tensor:
+def client_train_losses(model: LightningModule, data: FederatedData, client_ids: Tensor,
+                        batch_size: int = 4096) -> Tensor:
     """Mean loss of ``model`` on each listed client's full train split (``loss_before_k``, docs/algorithms.md, Notation).
+
+    The loss is the client's training objective: a ClientModule's ``loss(forward(x), y)``; a plain
+    LightningModule's own ``training_step`` (:func:`training_step_losses`).
 
     Returns:
         ``(K,)`` float64 CPU tensor, in the order of ``client_ids``.
     """
+    if is_user_module(model):
+        return training_step_losses(model, data, client_ids, batch_size)
     splits = [data.client_train(k) for k in client_ids.tolist()]
     sizes = torch.tensor([len(y) for _, y in splits])
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
     x, y = torch.cat([x for x, _ in splits]), torch.cat([y for _, y in splits])
     _, total, loss_sum = evaluate_segments(model, x, y, offsets, batch_size)
     return loss_sum / total
+
+
+@torch.no_grad()
+def training_step_losses(model: LightningModule, data: FederatedData, client_ids: Tensor,
+                         batch_size: int = 4096) -> Tensor:
+    """Mean of a plain LightningModule's ``training_step`` loss over each listed client's train split.
+
+    Each client's split is cut into chunks of ``batch_size`` samples (``batch_idx`` is the chunk's index);
+    a chunk's loss counts with its number of samples, so a ``training_step`` that averages over its batch
+    gives the mean over the client's samples. The module runs as the engines train it (same code, same
+    weights ``w^t``) but in eval mode and without gradient: dropout is off and BatchNorm uses, and does
+    not update, its running statistics, so the value depends on ``w^t`` and the client's data only. It is
+    then the same in both engines and on every process of a sharded run (each computes the whole
+    cohort's, rounds.py), and measuring it neither draws from the run's random stream nor changes the
+    global model's buffers. ``self.log`` calls are no-ops while it runs.
+
+    Returns:
+        ``(K,)`` float64 CPU tensor, in the order of ``client_ids`` (``NaN`` for a client without samples).
+    """
+    losses = torch.full((len(client_ids),), float("nan"), dtype=torch.float64)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.random.fork_rng(devices=[]), quiet_logging(model):
+            for i, client in enumerate(client_ids.tolist()):
+                x, y = data.client_train(client)
+                total = torch.zeros((), dtype=torch.float64)
+                for index, start in enumerate(range(0, len(y), batch_size)):
+                    xb, yb = x[start : start + batch_size], y[start : start + batch_size]
+                    total += step_loss(model.training_step((xb, yb), index)).detach().double().cpu() * len(yb)
+                if len(y):
+                    losses[i] = total / len(y)
+    finally:
+        model.train(was_training)
+    return losses
 
 
 @torch.no_grad()
