@@ -47,6 +47,21 @@ def MLP8_BN() -> MLP:  # noqa: N802
     return MLP(60, 10, hidden=(8,), batch_norm=True)
 
 
+class PlainSmoothNet(pl.LightningModule):
+    """A plain LightningModule (issue 25): q-FFL reads its training_step's label-smoothed loss as loss_before."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(60, 8), torch.nn.Tanh(), torch.nn.Linear(8, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201 - Lightning's signature
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self(x), y, label_smoothing=0.1)
+
+
 #: name -> (callbacks, loop keyword arguments). Every algorithm of the project, the hierarchy with
 #: Tempo, and kept client optimizer states.
 CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
@@ -59,6 +74,7 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     "Scaffold": ([cb.Scaffold()], {}),
     "FedNova": ([cb.FedNova()], {"optimizer": _momentum}),
     "QFFL": ([cb.QFFL(q=1.0)], {}),
+    "QFFL-plain": ([cb.QFFL(q=1.0)], {"client": PlainSmoothNet}),
     "FedAdp": ([cb.FedAdp()], {}),
     "FedFa": ([cb.FedFa()], {"optimizer": _momentum}),
     "FedFaMo": ([cb.FedFaMo()], {"optimizer": _momentum}),
@@ -114,8 +130,9 @@ PIPELINE_CASES = frozenset(list(CASES)[list(CASES).index("MultiKrum"):list(CASES
 #: The cases also compared with the vectorized engine (equal to float rounding): one of each kind of
 #: client hook, server state and exchange. Every case runs with the sequential engine (bitwise); the
 #: rest of the vectorized pairs were left out to keep the suite's CPU time within CI's 10 minutes.
-VECTORIZED = frozenset({"FedAvg", "FedProx", "FedAdam", "Scaffold", "FedNova", "QFFL", "FedFa", "IGFL", "DWFed",
-                        "FedDyn", "Tempo", "KeptMomentum", "FedAvg-reduce", "KeptMomentum-system", "Ditto-personal"})
+VECTORIZED = frozenset({"FedAvg", "FedProx", "FedAdam", "Scaffold", "FedNova", "QFFL", "QFFL-plain", "FedFa", "IGFL",
+                        "DWFed", "FedDyn", "Tempo", "KeptMomentum", "FedAvg-reduce", "KeptMomentum-system",
+                        "Ditto-personal"})
 #: Every ``(case, engine)`` compared between one and two processes.
 COMPARED = [(name, engine) for name in CASES for engine in ("sequential", "vectorized")
             if engine == "sequential" or (name in VECTORIZED and name not in PIPELINE_CASES)]
