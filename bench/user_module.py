@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         fused = row["fused"]
         for v in VARIANTS:
             print(f"  {v:<17} {row[v] * 1e3:9.2f} ms/round  {row[v] / fused:6.2f}x the fused path", flush=True)
-        print(f"  plain sequential / plain vectorized: {row['plain sequential'] / row['plain vectorized']:.2f}x;"
+        print(f"  plain vectorized / plain sequential: {row['plain vectorized'] / row['plain sequential']:.2f}x;"
               f" models' max relative difference to fused: {row['max_rel_diff']:.1e}", flush=True)
     print(f"python -m bench.user_module {' '.join(sys.argv[1:] if argv is None else argv)}: {args.passes} passes,"
           f" {time.perf_counter() - started:.0f} s", flush=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 
@@ -93,3 +94,21 @@ def test_the_gpu_check_lists_every_shipped_config_and_summarizes_what_finished(t
     text = importlib.import_module("bench.gpu_summary").summarize(results)
     assert "| harness | vectorized (batched) | 32-true | 2/2 |" in text
     assert "FAILED configs/x.yaml" in text
+
+
+def test_the_user_module_benchmark_times_the_three_paths_on_one_federation(monkeypatch) -> None:
+    names = ("pytorch_lightning", "lightning_fabric", "lightning.pytorch", "lightning.fabric")
+    levels = {name: logging.getLogger(name).level for name in names}
+    try:
+        jobs = importlib.import_module("bench.jobs")
+        full = jobs.build_jobs
+        tiny = dataclasses.replace(full()["J1"], local_epochs=1, clients_per_round=3, rounds=1)
+        monkeypatch.setattr(jobs, "build_jobs", lambda quick=False, rounds=None: {"J1": tiny})
+        # run() asserts each variant runs on the path it names (fused-linear, training_step) and that the
+        # three trained models agree.
+        row = importlib.import_module("bench.user_module").run("J1", None, 1)
+        assert row["max_rel_diff"] < 1e-5
+        assert all(row[v] > 0 for v in ("fused", "plain vectorized", "plain sequential"))
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
