@@ -1,0 +1,142 @@
+"""The shipped plain-LightningModule examples federated from YAML (configs/user_modules/, issue 25).
+
+Each config runs through the CLI in-process on a few small clients; the per-client metric it reports
+is recomputed here from the saved global weights with the module's own loss, and a run resumed after
+2 rounds ends on bitwise the weights of 4 uninterrupted rounds.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+
+from lightning_fl.datamodules import ShakespeareDataModule, SyntheticDataModule, SyntheticRegressionDataModule
+from lightning_fl.models.examples import CharPerplexity, LinearRegression, SmoothedClassifier
+from tests.conftest import run_cli, skip_without_data
+from tests.datamodules.test_real_configs import data_present
+
+REPO = Path(__file__).resolve().parents[1]
+#: Small federations for each config: (overrides of the shipped config, metric the fairness table reports).
+SMALL = {
+    "regression": ({"data.init_args.num_clients": 5, "model.clients_per_round": 3}, "mse"),
+    "smoothed_classifier": ({"data.init_args.num_clients": 5, "data.init_args.max_samples_per_client": 60,
+                             "model.clients_per_round": 3}, "acc"),
+    "shakespeare_perplexity": ({"data.init_args.data_dir": str(REPO / "data"), "data.init_args.plays": ["hamlet"],
+                                "data.init_args.max_clients": 3, "data.init_args.max_samples_per_client": 40,
+                                "model.clients_per_round": 3, "model.client.init_args.hidden_size": 16},
+                               "perplexity"),
+}
+
+
+def _config(tmp_path: Path, name: str, rounds: int, run: str = "run") -> Path:
+    config = yaml.safe_load((REPO / "configs" / "user_modules" / f"{name}.yaml").read_text())
+    overrides = {**SMALL[name][0], "trainer.max_epochs": rounds, "trainer.check_val_every_n_epoch": 2,
+                 "trainer.enable_progress_bar": False, "trainer.logger.init_args.save_dir": str(tmp_path),
+                 "trainer.logger.init_args.name": run}
+    for dotted, value in overrides.items():
+        node = config
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    path = tmp_path / f"{run}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _weights(tmp_path: Path, run: str = "run", rounds: int = 2) -> dict[str, torch.Tensor]:
+    checkpoint = torch.load(tmp_path / run / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert checkpoint["epoch"] + 1 == rounds  # Lightning counts epochs (rounds) from 0
+    return {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
+
+
+def _reported(tmp_path: Path, metric: str) -> dict[str, float]:
+    rows = list(csv.DictReader((tmp_path / "run" / "version_0" / "fairness_history.csv").open()))
+    test = [row for row in rows if row["stage"] == "test"][-1]
+    return {key: float(test[f"{metric}_{key}"]) for key in ("mean", "min", "max")}
+
+
+def _per_client_test(module: torch.nn.Module, datamodule, score) -> torch.Tensor:
+    """``score(logits_or_predictions, y)`` of every client's test split, written out with plain torch."""
+    datamodule.setup()
+    with torch.no_grad():
+        return torch.tensor([float(score(module(x), y)) for x, y in
+                             (datamodule.data.client_test(k) for k in range(datamodule.num_clients))])
+
+
+def _check_reported(tmp_path: Path, metric: str, per_client: torch.Tensor) -> None:
+    reported = _reported(tmp_path, metric)
+    assert reported["mean"] == pytest.approx(float(per_client.mean()), rel=1e-5)
+    assert reported["min"] == pytest.approx(float(per_client.min()), rel=1e-5)
+    assert reported["max"] == pytest.approx(float(per_client.max()), rel=1e-5)
+
+
+def test_regression_data_has_float_targets_and_no_labels() -> None:
+    small, large = SyntheticRegressionDataModule(num_clients=2), SyntheticRegressionDataModule(num_clients=4)
+    small.setup()
+    assert small.data.y_train.dtype == torch.float32 and small.data.y_train.shape[1:] == (1,)
+    assert small.num_classes == 0 and small.label_histograms().shape == (2, 0)
+    assert torch.equal(small.client_samples(1)[1], large.client_samples(1)[1])  # independent of the federation size
+    # The noise is the only part a per-client least-squares fit cannot explain (noise 0.1, 60 samples, 10 features).
+    x, y = SyntheticRegressionDataModule(noise=0.1).client_samples(3)
+    residual = y - x @ torch.linalg.lstsq(x, y).solution
+    assert 0.05 < float(residual.std()) < 0.15
+
+
+def test_regression_reports_each_clients_mse(tmp_path) -> None:
+    assert run_cli("fit", "--config", str(_config(tmp_path, "regression", rounds=2))) == 0
+    module = LinearRegression(in_features=10)
+    module.load_state_dict(_weights(tmp_path))
+    datamodule = SyntheticRegressionDataModule(num_clients=5, samples_per_client=60, num_features=10)
+    _check_reported(tmp_path, "mse", _per_client_test(module, datamodule, lambda p, y: ((p - y) ** 2).mean()))
+
+
+def test_smoothed_classifier_reports_each_clients_accuracy(tmp_path) -> None:
+    assert run_cli("fit", "--config", str(_config(tmp_path, "smoothed_classifier", rounds=2))) == 0
+    module = SmoothedClassifier(in_features=60, num_classes=10, hidden=32)
+    module.load_state_dict(_weights(tmp_path), strict=False)  # the torchmetrics objects hold no weights
+    datamodule = SyntheticDataModule("1_1", num_clients=5, max_samples_per_client=60)
+    _check_reported(tmp_path, "acc", _per_client_test(module, datamodule,
+                                                      lambda p, y: (p.argmax(1) == y).double().mean()))
+
+
+def test_perplexity_is_exp_of_the_mean_cross_entropy_over_a_clients_batches() -> None:
+    # Runs without the Shakespeare texts: the module's own metric on random characters, in batches of 7, so
+    # a per-batch exp averaged over batches (not exp of the mean over all characters) fails.
+    from lightning_fl.engines.user_metrics import evaluate_steps
+
+    torch.manual_seed(0)
+    module = CharPerplexity(hidden_size=8)
+    x, y = torch.randint(0, 80, (30, 12), dtype=torch.uint8), torch.randint(0, 80, (30,))
+    logged = evaluate_steps(module, "val", {0: (x[:20], y[:20]), 1: (x[20:], y[20:])}, batch_size=7)
+    with torch.no_grad():
+        expected = [math.exp(float(F.cross_entropy(module(x[s]), y[s]))) for s in (slice(0, 20), slice(20, 30))]
+    assert [logged[k]["perplexity"] for k in (0, 1)] == pytest.approx(expected, rel=1e-5)
+
+
+def test_shakespeare_reports_each_roles_perplexity(tmp_path) -> None:
+    reason = data_present("ShakespeareDataModule")
+    skip_without_data(reason is None, reason or "")
+    assert run_cli("fit", "--config", str(_config(tmp_path, "shakespeare_perplexity", rounds=2))) == 0
+    module = CharPerplexity(vocab_size=80, hidden_size=16)
+    module.load_state_dict(_weights(tmp_path), strict=False)
+    datamodule = ShakespeareDataModule(data_dir=str(REPO / "data"), plays=["hamlet"], min_samples=64,
+                                       max_clients=3, max_samples_per_client=40, test_fraction=0.2, seed=0)
+    _check_reported(tmp_path, "perplexity", _per_client_test(
+        module, datamodule, lambda p, y: math.exp(float(F.cross_entropy(p, y)))))
+
+
+@pytest.mark.parametrize("name", ["regression", "smoothed_classifier"])
+def test_two_plus_two_rounds_equal_four(tmp_path, name) -> None:
+    assert run_cli("fit", "--config", str(_config(tmp_path, name, rounds=4, run="whole"))) == 0
+    halves = _config(tmp_path, name, rounds=4, run="halves")
+    assert run_cli("fit", "--config", str(halves), "--trainer.max_epochs", "2") == 0
+    assert run_cli("fit", "--config", str(halves), "--ckpt_path", "last") == 0
+    whole, resumed = _weights(tmp_path, "whole", rounds=4), _weights(tmp_path, "halves", rounds=4)
+    assert whole.keys() == resumed.keys() and all(torch.equal(whole[k], resumed[k]) for k in whole)
