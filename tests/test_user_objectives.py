@@ -89,8 +89,10 @@ def test_regression_data_has_float_targets_and_no_labels() -> None:
     assert 0.05 < float(residual.std()) < 0.15
 
 
-def test_regression_reports_each_clients_mse(tmp_path) -> None:
-    assert run_cli("fit", "--config", str(_config(tmp_path, "regression", rounds=2))) == 0
+@pytest.mark.parametrize("engine", ["vectorized", "sequential"])
+def test_regression_reports_each_clients_mse(tmp_path, engine) -> None:
+    # Float targets go through both engines' batching and the evaluation's per-client splits.
+    assert run_cli("fit", "--config", str(_config(tmp_path, "regression", rounds=2)), "--model.engine", engine) == 0
     module = LinearRegression(in_features=10)
     module.load_state_dict(_weights(tmp_path))
     datamodule = SyntheticRegressionDataModule(num_clients=5, samples_per_client=60, num_features=10)
