@@ -90,6 +90,15 @@ def test_regression_data_has_float_targets_and_no_labels() -> None:
     assert 0.05 < float(residual.std()) < 0.15
 
 
+def test_label_weighted_aggregation_refuses_regression_data(tmp_path, capsys) -> None:
+    path = _config(tmp_path, "regression", rounds=1)
+    config = yaml.safe_load(path.read_text())
+    config["trainer"]["callbacks"][0] = {"class_path": "lightning_fl.callbacks.DWFed"}
+    path.write_text(yaml.safe_dump(config))
+    assert run_cli("fit", "--config", str(path)) != 0
+    assert "error: DWFed weights clients by their label distributions" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("engine", ["vectorized", "sequential"])
 def test_regression_reports_each_clients_mse(tmp_path, engine) -> None:
     # Float targets go through both engines' batching and the evaluation's per-client splits.
