@@ -20,6 +20,7 @@ from lightning_fl import aggregation as ag
 from lightning_fl import callbacks as cb
 from lightning_fl.aggregation import attacks
 from lightning_fl.models import MLP, LogisticRegression
+from lightning_fl.models.examples import SmoothedClassifier
 from lightning_fl.personalization import EvalProtocol
 from lightning_fl.privacy import AdaptiveClipping, DifferentialPrivacy
 from lightning_fl.simulation.hierarchy import Hierarchy
@@ -45,6 +46,10 @@ def MLP8() -> MLP:  # noqa: N802 (a model factory named as the model)
 
 def MLP8_BN() -> MLP:  # noqa: N802
     return MLP(60, 10, hidden=(8,), batch_norm=True)
+
+
+def SMOOTHED8() -> SmoothedClassifier:  # noqa: N802
+    return SmoothedClassifier(60, 10, hidden=8)
 
 
 #: name -> (callbacks, loop keyword arguments). Every algorithm of the project, the hierarchy with
@@ -105,6 +110,9 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     "Ditto-personal": ([cb.Ditto(lam=0.5)], {"client": MLP8, "eval": EvalProtocol(
         model="personal", unseen_fraction=0.2, on_missing_personal="finetune", finetune_steps=2)}),
     "FedRep-BatchNorm": ([cb.FedRep(head_epochs=2)], {"client": MLP8_BN}),
+    # A plain LightningModule (issue 25): its training_step and configure_optimizers on the clients, its
+    # validation_step's torchmetrics Accuracy per client in the sharded evaluation
+    "UserModule": ([cb.FedAvg()], {"client": SMOOTHED8, "optimizer": None}),
 }
 
 #: The pipeline cases run after training, on the gathered stack, so the engine does not change what they
