@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+import torchmetrics
 import yaml
 
 from lightning_fl.datamodules import ShakespeareDataModule, SyntheticDataModule, SyntheticRegressionDataModule
@@ -173,3 +174,22 @@ def test_the_readme_module_and_yaml_run_as_written(tmp_path, monkeypatch) -> Non
     module.load_state_dict(_weights(tmp_path))
     datamodule = SyntheticRegressionDataModule(num_clients=5, samples_per_client=60, num_features=10)
     _check_reported(tmp_path, "mae", _per_client_test(module, datamodule, lambda p, y: (p - y).abs().mean()))
+
+
+def test_a_clients_torchmetrics_value_never_syncs_across_processes() -> None:
+    # Under torch.distributed torchmetrics' compute() would all-gather every rank's states into one value;
+    # a metric that claims a process group and fails on any gather stands in for the other rank here.
+    from lightning_fl.engines.user_metrics import evaluate_steps
+
+    def gather(*args, **kwargs):
+        raise AssertionError("a client's metric was synced across processes")
+
+    torch.manual_seed(0)
+    module = SmoothedClassifier(in_features=4, num_classes=3, hidden=5)
+    module.val_acc = torchmetrics.Accuracy(task="multiclass", num_classes=3, distributed_available_fn=lambda: True,
+                                           dist_sync_fn=gather)
+    x, y = torch.randn(12, 4), torch.arange(12) % 3
+    logged = evaluate_steps(module, "val", {0: (x[:5], y[:5]), 1: (x[5:], y[5:])}, batch_size=4)
+    with torch.no_grad():
+        expected = [float((module(x[s]).argmax(1) == y[s]).double().mean()) for s in (slice(0, 5), slice(5, 12))]
+    assert [logged[k]["acc"] for k in (0, 1)] == pytest.approx(expected)
