@@ -10,16 +10,22 @@ from __future__ import annotations
 import csv
 import math
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 import torchmetrics
 import yaml
 
-from lightning_fl.datamodules import ShakespeareDataModule, SyntheticDataModule, SyntheticRegressionDataModule
+from lightning_fl.callbacks import FairnessMetrics, FedAvg
+from lightning_fl.datamodules import (FederatedData, FederatedDataModule, ShakespeareDataModule, SyntheticDataModule,
+                                      SyntheticRegressionDataModule)
 from lightning_fl.models.examples import CharPerplexity, LinearRegression, SmoothedClassifier
+from lightning_fl.simulation.loop import FederatedLoop
+from lightning_fl.state.data import offsets_from_sizes
 from tests.conftest import run_cli, skip_without_data
 from tests.datamodules.test_real_configs import data_present
 
@@ -131,6 +137,34 @@ def test_perplexity_is_exp_of_the_mean_cross_entropy_over_a_clients_batches() ->
     with torch.no_grad():
         expected = [math.exp(float(F.cross_entropy(module(x[s]), y[s]))) for s in (slice(0, 20), slice(20, 30))]
     assert [logged[k]["perplexity"] for k in (0, 1)] == pytest.approx(expected, rel=1e-5)
+
+
+class _RandomCharacters(FederatedDataModule):
+    """Three clients of random 12-character windows (uint8, as the Shakespeare datamodule stores them)."""
+
+    def build_data(self) -> FederatedData:
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.randint(0, 80, (90, 12), generator=g).to(torch.uint8), torch.randint(0, 80, (90,), generator=g)
+        return FederatedData(x[:60], y[:60], offsets_from_sizes([20, 20, 20]), x[60:], y[60:],
+                             offsets_from_sizes([10, 10, 10]), num_classes=80)
+
+
+def test_char_model_federates_and_reports_each_clients_perplexity_without_the_texts() -> None:
+    torch.manual_seed(0)
+    fairness = FairnessMetrics(fairness_metric="perplexity", higher_is_better=False)
+    loop = FederatedLoop(client=CharPerplexity(hidden_size=8), clients_per_round=3, batch_size=10, seed=0)
+    trainer = pl.Trainer(default_root_dir=tempfile.mkdtemp(prefix="lfl-"), max_epochs=2, accelerator="cpu",
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0, callbacks=[FedAvg(), fairness])
+    datamodule = _RandomCharacters(val_fraction=0)
+    trainer.fit(loop, datamodule=datamodule)
+    module = CharPerplexity(hidden_size=8)
+    module.load_state_dict(loop.model.state_dict())
+    per_client = _per_client_test(module, datamodule, lambda p, y: math.exp(float(F.cross_entropy(p, y))))
+    row = fairness.latest("test")
+    assert row["round"] == 2
+    assert [row["perplexity_mean"], row["perplexity_min"], row["perplexity_max"]] == pytest.approx(
+        [float(per_client.mean()), float(per_client.min()), float(per_client.max())], rel=1e-5)
 
 
 def test_shakespeare_reports_each_roles_perplexity(tmp_path) -> None:
