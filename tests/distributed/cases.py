@@ -13,13 +13,14 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from lightning_fl.datamodules import SyntheticDataModule
+from lightning_fl.datamodules import SyntheticDataModule, SyntheticRegressionDataModule
 from pytorch_lightning.strategies import DDPStrategy
 
 from lightning_fl import aggregation as ag
 from lightning_fl import callbacks as cb
 from lightning_fl.aggregation import attacks
 from lightning_fl.models import MLP, LogisticRegression
+from lightning_fl.models.examples import LinearRegression as UserLinearRegression
 from lightning_fl.models.examples import SmoothedClassifier
 from lightning_fl.personalization import EvalProtocol
 from lightning_fl.privacy import AdaptiveClipping, DifferentialPrivacy
@@ -52,7 +53,15 @@ def SMOOTHED8() -> SmoothedClassifier:  # noqa: N802
     return SmoothedClassifier(60, 10, hidden=8)
 
 
-#: name -> (callbacks, loop keyword arguments). Every algorithm of the project, the hierarchy with
+def LinearRegression10() -> UserLinearRegression:  # noqa: N802
+    return UserLinearRegression(10)
+
+
+def REGRESSION8() -> SyntheticRegressionDataModule:  # noqa: N802
+    return SyntheticRegressionDataModule(num_clients=8, samples_per_client=40)
+
+
+#: name -> (callbacks, loop keyword arguments; ``client`` and ``data`` are factories). Every algorithm of the project, the hierarchy with
 #: Tempo, and kept client optimizer states.
 CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     "FedAvg": ([cb.FedAvg()], {}),
@@ -113,6 +122,9 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     # A plain LightningModule (issue 25): its training_step and configure_optimizers on the clients, its
     # validation_step's torchmetrics Accuracy per client in the sharded evaluation
     "UserModule": ([cb.FedAvg()], {"client": SMOOTHED8, "optimizer": None}),
+    # ... and one judged by its own logged MSE on real-valued targets (configs/user_modules/regression.yaml)
+    "UserModule-regression": ([cb.FedAvg(), cb.FairnessMetrics(fairness_metric="mse")],
+                              {"client": LinearRegression10, "optimizer": None, "data": REGRESSION8}),
 }
 
 #: The pipeline cases run after training, on the gathered stack, so the engine does not change what they
@@ -134,6 +146,7 @@ def run_case(name: str, engine: str, world_size: int = 1, local_epochs: int = 2)
     callbacks, kwargs = copy.deepcopy(CASES[name])
     kwargs = {"optimizer": _sgd, **kwargs}
     client = kwargs.pop("client", lambda: LogisticRegression(60, 10))
+    data = kwargs.pop("data", lambda: SyntheticDataModule("1_1", num_clients=8, max_samples_per_client=80))
     torch.manual_seed(0)
     loop = FederatedLoop(client=client(), clients_per_round=5, local_epochs=local_epochs,
                          batch_size=10, seed=0, engine=engine, **kwargs)
@@ -141,7 +154,7 @@ def run_case(name: str, engine: str, world_size: int = 1, local_epochs: int = 2)
     trainer = pl.Trainer(default_root_dir=tempfile.mkdtemp(prefix="lfl-"), max_epochs=ROUNDS, accelerator="cpu", devices=world_size, strategy=strategy, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0, check_val_every_n_epoch=1, callbacks=callbacks)
-    trainer.fit(loop, datamodule=SyntheticDataModule("1_1", num_clients=8, max_samples_per_client=80))
+    trainer.fit(loop, datamodule=data())
     fairness = next(c for c in trainer.callbacks if isinstance(c, cb.FairnessMetrics))
     personal = next((c.personal.gather(torch.arange(8)) for c in trainer.callbacks if hasattr(c, "personal")), None)
     weights = loop.layout.flatten(loop.model.state_dict()).clone()
