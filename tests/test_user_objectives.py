@@ -35,6 +35,9 @@ SMALL = {
     "regression": ({"data.init_args.num_clients": 5, "model.clients_per_round": 3}, "mse"),
     "smoothed_classifier": ({"data.init_args.num_clients": 5, "data.init_args.max_samples_per_client": 60,
                              "model.clients_per_round": 3}, "acc"),
+    # The perplexity config on this file's random characters, so its resume runs without the Shakespeare texts.
+    "random_characters": ({"data": {"class_path": "tests.test_user_objectives._RandomCharacters"},
+                           "model.clients_per_round": 3, "model.client.init_args.hidden_size": 8}, "perplexity"),
     "shakespeare_perplexity": ({"data.init_args.data_dir": str(REPO / "data"), "data.init_args.plays": ["hamlet"],
                                 "data.init_args.max_clients": 3, "data.init_args.max_samples_per_client": 40,
                                 "model.clients_per_round": 3, "model.client.init_args.hidden_size": 16},
@@ -43,7 +46,8 @@ SMALL = {
 
 
 def _config(tmp_path: Path, name: str, rounds: int, run: str = "run") -> Path:
-    config = yaml.safe_load((REPO / "configs" / "user_modules" / f"{name}.yaml").read_text())
+    shipped = "shakespeare_perplexity" if name == "random_characters" else name
+    config = yaml.safe_load((REPO / "configs" / "user_modules" / f"{shipped}.yaml").read_text())
     overrides = {**SMALL[name][0], "trainer.max_epochs": rounds, "trainer.check_val_every_n_epoch": 2,
                  "trainer.enable_progress_bar": False, "trainer.logger.init_args.save_dir": str(tmp_path),
                  "trainer.logger.init_args.name": run}
@@ -179,7 +183,7 @@ def test_shakespeare_reports_each_roles_perplexity(tmp_path) -> None:
         module, datamodule, lambda p, y: math.exp(float(F.cross_entropy(p, y)))))
 
 
-@pytest.mark.parametrize("name", ["regression", "smoothed_classifier"])
+@pytest.mark.parametrize("name", ["regression", "smoothed_classifier", "random_characters"])
 def test_two_plus_two_rounds_equal_four(tmp_path, name) -> None:
     assert run_cli("fit", "--config", str(_config(tmp_path, name, rounds=4, run="whole"))) == 0
     halves = _config(tmp_path, name, rounds=4, run="halves")
