@@ -13,7 +13,8 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from lightning_fl.datamodules import SyntheticDataModule, SyntheticRegressionDataModule
+from lightning_fl.datamodules import (FederatedData, FederatedDataModule, SyntheticDataModule,
+                                      SyntheticRegressionDataModule)
 from pytorch_lightning.strategies import DDPStrategy
 
 from lightning_fl import aggregation as ag
@@ -21,12 +22,13 @@ from lightning_fl import callbacks as cb
 from lightning_fl.aggregation import attacks
 from lightning_fl.models import MLP, LogisticRegression
 from lightning_fl.models.examples import LinearRegression as UserLinearRegression
-from lightning_fl.models.examples import SmoothedClassifier
+from lightning_fl.models.examples import CharPerplexity, SmoothedClassifier
 from lightning_fl.personalization import EvalProtocol
 from lightning_fl.privacy import AdaptiveClipping, DifferentialPrivacy
 from lightning_fl.simulation.hierarchy import Hierarchy
 from lightning_fl.simulation.loop import FederatedLoop
 from lightning_fl.simulation.system import SystemHeterogeneity
+from lightning_fl.state.data import offsets_from_sizes
 
 ROUNDS = 2
 SYSTEM = {"dropout": 0.3, "speed_mean": 3.0, "speed_sigma": 1.0, "deadline": 3.0, "stragglers": "partial",
@@ -59,6 +61,20 @@ def LinearRegression10() -> UserLinearRegression:  # noqa: N802
 
 def REGRESSION8() -> SyntheticRegressionDataModule:  # noqa: N802
     return SyntheticRegressionDataModule(num_clients=8, samples_per_client=40)
+
+
+def CHAR8() -> CharPerplexity:  # noqa: N802
+    return CharPerplexity(hidden_size=8)
+
+
+class RandomCharacters(FederatedDataModule):
+    """8 clients of random 12-character windows (uint8, as the Shakespeare datamodule stores them)."""
+
+    def build_data(self) -> FederatedData:
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.randint(0, 80, (160, 12), generator=g).to(torch.uint8), torch.randint(0, 80, (160,), generator=g)
+        return FederatedData(x[:120], y[:120], offsets_from_sizes([15] * 8), x[120:], y[120:],
+                             offsets_from_sizes([5] * 8), num_classes=80)
 
 
 #: name -> (callbacks, loop keyword arguments; ``client`` and ``data`` are factories). Every algorithm of the project, the hierarchy with
@@ -125,6 +141,9 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     # ... and one judged by its own logged MSE on real-valued targets (configs/user_modules/regression.yaml)
     "UserModule-regression": ([cb.FedAvg(), cb.FairnessMetrics(fairness_metric="mse")],
                               {"client": LinearRegression10, "optimizer": None, "data": REGRESSION8}),
+    # ... and a character LSTM judged by its torchmetrics Perplexity (configs/user_modules/shakespeare_perplexity.yaml)
+    "UserModule-perplexity": ([cb.FedAvg(), cb.FairnessMetrics(fairness_metric="perplexity")],
+                              {"client": CHAR8, "optimizer": None, "data": RandomCharacters}),
 }
 
 #: The pipeline cases run after training, on the gathered stack, so the engine does not change what they

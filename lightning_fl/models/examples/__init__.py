@@ -1,4 +1,4 @@
-"""Plain LightningModules federated from YAML as ``model.client`` (issue 25; README, "Federate your own LightningModule").
+"""Plain LightningModules federated from YAML as ``model.client`` (README, "Federate your own LightningModule").
 
 Each module is written as a Lightning user writes one, with no lightning_fl import: its
 ``training_step`` is the clients' objective and its ``validation_step``/``test_step`` logs the metric
