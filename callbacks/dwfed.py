@@ -93,6 +93,13 @@ class DWFed(AggregationCallback):
         self.figure_every_n_rounds = figure_every_n_rounds
         self._emd_cache: tuple[Any, Tensor] | None = None
 
+    @override
+    def on_federation_setup(self, federation: Federation) -> None:
+        # Real-valued targets have empty label histograms: every EMD would be 0 and the weights silently uniform.
+        if federation.num_classes == 0:
+            raise ConfigError("DWFed weights clients by their label distributions; this data has real-valued targets"
+                              " (num_classes 0, e.g. SyntheticRegressionDataModule): use another aggregation")
+
     def eta(self, federation: Federation) -> float:
         """The ``eta`` used in ``ISH_k`` (the client lr for ``eta_ish: client_lr``)."""
         return float(federation.optimizer.lr) if self.eta_ish == CLIENT_LR else float(self.eta_ish)

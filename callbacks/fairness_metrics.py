@@ -261,7 +261,9 @@ class FairnessMetrics(FederatedCallback):
     def _last_rounds(self, trainer: pl.Trainer) -> tuple[dict[str, float], int, list[int]] | None:
         """IGFL's metric after ``fit``: ``(metrics, window, evaluated rounds)``, logged at the final round."""
         tests = [row for row in self.history if row["stage"] == "test"]
-        if not tests or "acc_mean" not in tests[-1]:  # IGFL's metric is an accuracy
+        # IGFL's metric is the built-in accuracy, with its pooled value; a module's own logged "acc"
+        # (issue 25) is averaged over clients only, so it gets the fairness table without this line.
+        if not tests or not all(key in tests[-1] for key in _LAST_ROUNDS_KEYS):
             return None
         final = tests[-1]["round"]
         # max_epochs is the run's length in rounds; -1 (no limit) falls back to the rounds run.

@@ -7,6 +7,7 @@
   :mod:`lightning_fl.datamodules.partitions` (``IID``, ``Dirichlet``, ``Shards``, ``Quantity``,
   ``PerClientDirichlet``, ``PowerLawClasses``);
   :class:`DigitsDataModule`: the same on scikit-learn's 8x8 digits.
+* :class:`SyntheticRegressionDataModule`: linear regression, one true model per client (float targets).
 
 The partition classes are imported from :mod:`lightning_fl.datamodules.partitions` only (one class
 path in YAML: ``lightning_fl.datamodules.partitions.Dirichlet``).
@@ -20,6 +21,7 @@ if __name__ != "lightning_fl.datamodules":  # one import path per module (see py
 from lightning_fl.datamodules.assemble import build_from_pooled
 from lightning_fl.datamodules.digits import DigitsDataModule
 from lightning_fl.datamodules.pooled import PooledDataModule
+from lightning_fl.datamodules.regression import SyntheticRegressionDataModule
 from lightning_fl.datamodules.split import split_train_test
 from lightning_fl.datamodules.synthetic import SyntheticDataModule, generate_synthetic
 from lightning_fl.datamodules.synthetic_pooled import PooledSyntheticDataModule, generate_synthetic_pool
@@ -33,6 +35,7 @@ __all__ = [
     "PooledDataModule",
     "PooledSyntheticDataModule",
     "SyntheticDataModule",
+    "SyntheticRegressionDataModule",
     "build_from_pooled",
     "generate_synthetic",
     "generate_synthetic_pool",

@@ -63,7 +63,9 @@ DIGESTS = {
 #: Configs added with the pipeline or later (they have no pre-pipeline weights to keep).
 ADDED_SINCE = {"robust/fedfa_alie_trimmed_mean.yaml", "privacy/fedavg_dp_synthetic.yaml",
                "personalization/ditto_synthetic.yaml", "personalization/local_synthetic.yaml",
-               "personalization/pfedme_synthetic.yaml", "personalization/apfl_synthetic.yaml"}
+               "personalization/pfedme_synthetic.yaml", "personalization/apfl_synthetic.yaml",
+               "user_modules/regression.yaml", "user_modules/smoothed_classifier.yaml",
+               "user_modules/shakespeare_perplexity.yaml"}
 
 
 def test_every_shipped_config_has_a_recorded_digest():

@@ -123,9 +123,23 @@ class _LogRecorder:
             else:
                 out[key] = float(getattr(values, reduce_fx)())
         for key, metric in self.metrics.items():
-            out[key] = float(metric.compute())
+            out[key] = _local_compute(metric)
             metric.reset()
         return out
+
+
+def _local_compute(metric: Metric) -> float:
+    """``metric.compute()`` over this process's states only.
+
+    Under torch.distributed a torchmetrics ``compute()`` all-gathers every process's states, which here
+    would merge the clients the other ranks are evaluating into this client's value (and wait forever
+    where the ranks hold different numbers of clients): each client is evaluated whole on one rank.
+    """
+    available, metric.distributed_available_fn = metric.distributed_available_fn, lambda: False
+    try:
+        return float(metric.compute())
+    finally:
+        metric.distributed_available_fn = available
 
 
 @contextmanager

@@ -208,6 +208,9 @@ class RoundLogger:
     def log_partition(self, datamodule: Any, key: str = "") -> None:
         """The partition of a federated datamodule: label heat map, EMD and size histograms, a summary.
 
+        A federation of real-valued targets (``num_classes == 0``) gets the size histogram and the
+        summary only: it has no label distribution.
+
         In TensorBoard the partition is logged once per data set, not once per run: into a run of its
         own, ``<save_dir>/partitions/<data module>-<key>`` (``key``: a digest of the data), written by
         the first run on that data and left alone by the others, so comparing eight runs does not open
@@ -215,8 +218,9 @@ class RoundLogger:
         """
         shared = RoundLogger(self.loggers, self.step, None, self.outputs)
         shared._writers = self._partition_writers(type(datamodule).__name__, key)
-        shared.log_figure("data/label_distribution_figure", datamodule.partition_figure())
-        shared.log_histogram("data/client_emd", datamodule.emd_to_population())
+        if datamodule.num_classes > 0:  # real-valued targets (regression) have no labels to draw or compare
+            shared.log_figure("data/label_distribution_figure", datamodule.partition_figure())
+            shared.log_histogram("data/client_emd", datamodule.emd_to_population())
         shared.log_histogram("data/client_train_size", datamodule.data.train_sizes().float())
         summary = datamodule.partition_summary()
         shared.log_text("data/summary", "\n".join(f"- {k}: {v}" for k, v in summary.items()))

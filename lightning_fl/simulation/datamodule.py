@@ -137,9 +137,12 @@ class FederatedDataModule(RecordsInitArgs, pl.LightningDataModule, ABC):
         return label_distribution_figure(self.label_histograms(), title=title)
 
     def partition_summary(self) -> dict[str, Any]:
-        """Plain numbers describing the partition: clients, train-size min/median/max, mean EMD."""
+        """Plain numbers describing the partition: clients, train-size min/median/max, mean EMD.
+
+        The mean EMD is left out for real-valued targets (``num_classes == 0``): there are no labels.
+        """
         sizes = self.data.train_sizes().cpu().numpy()
-        return {
+        summary = {
             "num_clients": self.num_clients,
             "num_classes": self.num_classes,
             "train_size_min": int(sizes.min()),
@@ -148,5 +151,7 @@ class FederatedDataModule(RecordsInitArgs, pl.LightningDataModule, ABC):
             "train_samples": int(sizes.sum()),
             "val_samples": int(self.data.val_sizes().sum()),
             "test_samples": int(self.data.test_sizes().sum()),
-            "mean_emd": float(self.emd_to_population().mean()),
         }
+        if self.num_classes > 0:
+            summary["mean_emd"] = float(self.emd_to_population().mean())
+        return summary

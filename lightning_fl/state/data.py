@@ -33,7 +33,8 @@ class FederatedData:
         x_test: Test inputs, concatenated the same way.
         y_test: Test labels.
         test_offsets: ``N + 1`` offsets into the test tensors.
-        num_classes: Number of label classes.
+        num_classes: Number of label classes; ``0`` for real-valued targets (regression), whose
+            ``y`` are floats and whose label histograms are empty.
         x_val: Validation inputs, concatenated the same way; ``None`` (with ``y_val`` and
             ``val_offsets``) when the federation has no validation split (``val_fraction: 0``).
         y_val: Validation labels.
@@ -122,8 +123,15 @@ class FederatedData:
                 "test": (self.x_test, self.y_test, self.test_offsets)}[stage]
 
     def label_histograms(self, split: str = "train") -> Tensor:
-        """``(N, num_classes)`` label counts per client (``long``) of the ``train``, ``val`` or ``test`` split."""
+        """``(N, num_classes)`` label counts per client (``long``) of the ``train``, ``val`` or ``test`` split.
+
+        A federation of real-valued targets (``num_classes == 0``, e.g. regression) has no labels to
+        count: its histograms are ``(N, 0)``, so the reports that read them see no classes instead of
+        counting truncated floats.
+        """
         _, y, off = self.split(split)
+        if self.num_classes == 0:
+            return torch.zeros(self.num_clients, 0, dtype=torch.long)
         # Offsets stay on the CPU (FederatedData.to); the samples may be on a GPU.
         client_of_sample = torch.repeat_interleave(torch.arange(self.num_clients), off.diff().cpu()).to(y.device)
         flat = client_of_sample * self.num_classes + y.long()

@@ -13,18 +13,22 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from lightning_fl.datamodules import SyntheticDataModule
+from lightning_fl.datamodules import (FederatedData, FederatedDataModule, SyntheticDataModule,
+                                      SyntheticRegressionDataModule)
 from pytorch_lightning.strategies import DDPStrategy
 
 from lightning_fl import aggregation as ag
 from lightning_fl import callbacks as cb
 from lightning_fl.aggregation import attacks
 from lightning_fl.models import MLP, LogisticRegression
+from lightning_fl.models.examples import LinearRegression as UserLinearRegression
+from lightning_fl.models.examples import CharPerplexity, SmoothedClassifier
 from lightning_fl.personalization import EvalProtocol
 from lightning_fl.privacy import AdaptiveClipping, DifferentialPrivacy
 from lightning_fl.simulation.hierarchy import Hierarchy
 from lightning_fl.simulation.loop import FederatedLoop
 from lightning_fl.simulation.system import SystemHeterogeneity
+from lightning_fl.state.data import offsets_from_sizes
 
 ROUNDS = 2
 SYSTEM = {"dropout": 0.3, "speed_mean": 3.0, "speed_sigma": 1.0, "deadline": 3.0, "stragglers": "partial",
@@ -62,7 +66,33 @@ class PlainSmoothNet(pl.LightningModule):
         return torch.nn.functional.cross_entropy(self(x), y, label_smoothing=0.1)
 
 
-#: name -> (callbacks, loop keyword arguments). Every algorithm of the project, the hierarchy with
+def SMOOTHED8() -> SmoothedClassifier:  # noqa: N802
+    return SmoothedClassifier(60, 10, hidden=8)
+
+
+def LinearRegression10() -> UserLinearRegression:  # noqa: N802
+    return UserLinearRegression(10)
+
+
+def REGRESSION8() -> SyntheticRegressionDataModule:  # noqa: N802
+    return SyntheticRegressionDataModule(num_clients=8, samples_per_client=40)
+
+
+def CHAR8() -> CharPerplexity:  # noqa: N802
+    return CharPerplexity(hidden_size=8)
+
+
+class RandomCharacters(FederatedDataModule):
+    """8 clients of random 12-character windows (uint8, as the Shakespeare datamodule stores them)."""
+
+    def build_data(self) -> FederatedData:
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.randint(0, 80, (160, 12), generator=g).to(torch.uint8), torch.randint(0, 80, (160,), generator=g)
+        return FederatedData(x[:120], y[:120], offsets_from_sizes([15] * 8), x[120:], y[120:],
+                             offsets_from_sizes([5] * 8), num_classes=80)
+
+
+#: name -> (callbacks, loop keyword arguments; ``client`` and ``data`` are factories). Every algorithm of the project, the hierarchy with
 #: Tempo, and kept client optimizer states.
 CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     "FedAvg": ([cb.FedAvg()], {}),
@@ -121,6 +151,15 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     "Ditto-personal": ([cb.Ditto(lam=0.5)], {"client": MLP8, "eval": EvalProtocol(
         model="personal", unseen_fraction=0.2, on_missing_personal="finetune", finetune_steps=2)}),
     "FedRep-BatchNorm": ([cb.FedRep(head_epochs=2)], {"client": MLP8_BN}),
+    # A plain LightningModule (issue 25): its training_step and configure_optimizers on the clients, its
+    # validation_step's torchmetrics Accuracy per client in the sharded evaluation
+    "UserModule": ([cb.FedAvg()], {"client": SMOOTHED8, "optimizer": None}),
+    # ... and one judged by its own logged MSE on real-valued targets (configs/user_modules/regression.yaml)
+    "UserModule-regression": ([cb.FedAvg(), cb.FairnessMetrics(fairness_metric="mse")],
+                              {"client": LinearRegression10, "optimizer": None, "data": REGRESSION8}),
+    # ... and a character LSTM judged by its torchmetrics Perplexity (configs/user_modules/shakespeare_perplexity.yaml)
+    "UserModule-perplexity": ([cb.FedAvg(), cb.FairnessMetrics(fairness_metric="perplexity")],
+                              {"client": CHAR8, "optimizer": None, "data": RandomCharacters}),
 }
 
 #: The pipeline cases run after training, on the gathered stack, so the engine does not change what they
@@ -143,6 +182,7 @@ def run_case(name: str, engine: str, world_size: int = 1, local_epochs: int = 2)
     callbacks, kwargs = copy.deepcopy(CASES[name])
     kwargs = {"optimizer": _sgd, **kwargs}
     client = kwargs.pop("client", lambda: LogisticRegression(60, 10))
+    data = kwargs.pop("data", lambda: SyntheticDataModule("1_1", num_clients=8, max_samples_per_client=80))
     torch.manual_seed(0)
     loop = FederatedLoop(client=client(), clients_per_round=5, local_epochs=local_epochs,
                          batch_size=10, seed=0, engine=engine, **kwargs)
@@ -150,7 +190,7 @@ def run_case(name: str, engine: str, world_size: int = 1, local_epochs: int = 2)
     trainer = pl.Trainer(default_root_dir=tempfile.mkdtemp(prefix="lfl-"), max_epochs=ROUNDS, accelerator="cpu", devices=world_size, strategy=strategy, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0, check_val_every_n_epoch=1, callbacks=callbacks)
-    trainer.fit(loop, datamodule=SyntheticDataModule("1_1", num_clients=8, max_samples_per_client=80))
+    trainer.fit(loop, datamodule=data())
     fairness = next(c for c in trainer.callbacks if isinstance(c, cb.FairnessMetrics))
     personal = next((c.personal.gather(torch.arange(8)) for c in trainer.callbacks if hasattr(c, "personal")), None)
     weights = loop.layout.flatten(loop.model.state_dict()).clone()
