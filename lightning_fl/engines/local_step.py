@@ -34,6 +34,21 @@ from lightning_fl.engines.optimizers import step_function
 LossTerm = Callable[[dict[str, Tensor]], Tensor | None]
 
 
+def backward_with_term(total: Tensor, loss_term: LossTerm | None, hook_params: Callable[[], dict[str, Tensor]],
+                       active: int, leaves: list[Tensor], scaler: torch.amp.GradScaler | None) -> None:
+    """Backward of the cohort's data loss ``total`` plus the hooks' term of the ``active`` clients still training.
+
+    The stacked engines' common tail of a step: the term sees every client's ``(C, ...)`` parameters
+    (``hook_params()``), only the live rows count, and last step's gradients go before this step's exist.
+    """
+    if loss_term is not None:
+        term = loss_term(hook_params())
+        total = total if term is None else total + term[:active].sum()
+    for leaf in leaves:
+        leaf.grad = None
+    (scaler.scale(total) if scaler else total).backward()
+
+
 class StepTarget(ABC):
     """The parameters a local step updates, as the engine holds them; hooks see ``(C, ...)`` tensors."""
 

@@ -15,7 +15,7 @@ from typing_extensions import override
 
 from lightning_fl.engines.batched import CohortForward
 from lightning_fl.engines.fused import FusedLinearChain
-from lightning_fl.engines.local_step import LossTerm, StepTarget
+from lightning_fl.engines.local_step import LossTerm, StepTarget, backward_with_term
 from lightning_fl.engines.staging import StagedBatches
 
 _AUTOCAST = {"bf16-mixed": torch.bfloat16, "bf16": torch.bfloat16, "16-mixed": torch.float16, "16": torch.float16}
@@ -88,12 +88,7 @@ class StackedClients(StepTarget):
         with torch.autocast(device.type, dtype=self.autocast, enabled=self.autocast is not None):
             logits = forward(x)
         total = (self.per_sample_loss(logits, y) * weight.squeeze(1)).sum()
-        if loss_term is not None:
-            term = loss_term(self._hook_params())
-            total = total if term is None else total + term[:active].sum()
-        for leaf in self.leaves:
-            leaf.grad = None
-        (scaler.scale(total) if scaler else total).backward()
+        backward_with_term(total, loss_term, self._hook_params, active, self.leaves, scaler)
         return logits
 
     def _add_term_gradients(self, grads: dict[str, Tensor], loss_term: LossTerm) -> None:

@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.func import vmap
 from typing_extensions import override
 
-from lightning_fl.engines.local_step import LossTerm
+from lightning_fl.engines.local_step import LossTerm, backward_with_term
 from lightning_fl.engines.schedule import ChunkSchedule
 from lightning_fl.engines.stacked import StackedClients
 from lightning_fl.engines.staging import StagedBatches
@@ -107,13 +107,7 @@ class UserStackedClients(StackedClients):
         losses = self._losses()
         with torch.no_grad():
             self.loss_sums[:active] += losses.detach().double() * self._final[self.step].view(active, -1).sum(1)
-        total = losses.sum()
-        if loss_term is not None:
-            term = loss_term(self._hook_params())
-            total = total if term is None else total + term[:active].sum()
-        for leaf in self.leaves:
-            leaf.grad = None
-        (scaler.scale(total) if scaler else total).backward()
+        backward_with_term(losses.sum(), loss_term, self._hook_params, active, self.leaves, scaler)
         return None
 
     @override
