@@ -22,7 +22,7 @@ from lightning_fl.experiments.runs import Run
 from lightning_fl.experiments.stats import Stats, stats
 
 __all__ = ["LONG_HEADER", "final_client_accuracies", "history_rows", "read_long_csv", "summarize",
-           "metric_unit", "summary_csv", "summary_markdown", "write_long_csv"]
+           "metric_unit", "summary_csv", "summary_markdown", "table_columns", "write_long_csv"]
 
 #: Columns of the long-format CSV of every evaluation.
 LONG_HEADER = ("run", "method", "seed", "round", "stage", "metric", "value")
@@ -129,11 +129,35 @@ def _cell(s: Stats | None, scale: float, metric: str = "") -> str:
     return f"{scale * s.mean:.2f} ± {scale * s.std:.2f}{ci}"
 
 
+def table_columns(summary: Mapping[tuple[str, str], Stats]) -> dict[str, tuple[str, float]]:
+    """The summary table's columns: FedFa Table 2's accuracy columns, or those of the runs' declared metric.
+
+    Runs of a module judged by its own metric (``FairnessMetrics.fairness_metric``, e.g. ``mse``) have no
+    accuracy; their table shows that metric's average, worst and best 20% and variance, in its own units.
+
+    Example:
+        >>> s = summarize([("A/seed_0", "A", 0, 5, "test", "mse_mean", 0.5),
+        ...                ("A/seed_0", "A", 0, 5, "test", "mse_worst20", 0.9)])
+        >>> list(table_columns(s).values())[0]
+        ('Average mse', 1.0)
+    """
+    metrics = {metric for _, metric in summary}
+    if "acc_mean" in metrics:
+        return dict(MARKDOWN_COLUMNS)
+    declared = sorted(m[: -len("_mean")] for m in metrics if m.endswith("_mean") and f"{m[:-5]}_worst20" in metrics)
+    if not declared:
+        return dict(MARKDOWN_COLUMNS)
+    name = declared[0]
+    return {f"{name}_mean": (f"Average {name}", 1.0), f"{name}_worst20": (f"Worst 20% {name}", 1.0),
+            f"{name}_best20": (f"Best 20% {name}", 1.0), f"{name}_var": (f"Variance of {name}", 1.0)}
+
+
 def summary_markdown(summary: Mapping[tuple[str, str], Stats],
-                     columns: Mapping[str, tuple[str, float]] = MARKDOWN_COLUMNS) -> str:
+                     columns: Mapping[str, tuple[str, float]] | None = None) -> str:
     """Methods x metrics table of ``mean ± std [95% CI]`` across seeds, with the number of seeds.
 
     Intervals are clipped to what the metric can take (accuracies to [0, 100]%, the variance at 0).
+    ``columns``: metric -> (header, scale); ``None``: :func:`table_columns`.
 
     Example:
         >>> s = summarize([("A/seed_0", "A", 0, 5, "test", "acc_mean", 0.5),
@@ -143,6 +167,7 @@ def summary_markdown(summary: Mapping[tuple[str, str], Stats],
         | :--- | ---: | ---: | ---: |
         | A | 2 | 5 | 60.00 ± 14.14 [0.00, 100.00] |
     """
+    columns = table_columns(summary) if columns is None else columns
     methods = list(dict.fromkeys(method for method, _ in summary))
     lines = ["| Method | Seeds | Round | " + " | ".join(header for header, _ in columns.values()) + " |",
              "| :--- |" + " ---: |" * (len(columns) + 2)]

@@ -98,3 +98,19 @@ def test_seed_bands_give_mean_and_range_per_round_in_the_methods_order():
     rounds, mean, low, high = bands["B"]
     assert rounds == [1, 2] and mean == pytest.approx([0.3, 0.8]) and low == [0.2, 0.6] and high == [0.4, 1.0]
     assert bands["A"] == ([1], [0.5], [0.5], [0.5])
+
+
+def test_a_module_judged_by_its_own_metric_gets_that_metrics_columns() -> None:
+    # Two seeds of a regression module's per-client MSE statistics (no accuracy at all).
+    from scipy import stats as scipy_stats
+
+    from lightning_fl.experiments.results import summarize, summary_markdown
+
+    rows = [(f"R/seed_{seed}", "R", seed, 3, "test", metric, value)
+            for seed, values in ((0, (1.0, 2.0, 0.5, 0.25)), (1, (3.0, 4.0, 1.5, 0.75)))
+            for metric, value in zip(("mse_mean", "mse_worst20", "mse_best20", "mse_var"), values)]
+    table = summary_markdown(summarize(rows)).splitlines()
+    assert table[0] == "| Method | Seeds | Round | Average mse | Worst 20% mse | Best 20% mse | Variance of mse |"
+    # mse_mean over seeds: mean 2, sample std sqrt(2), 95% t interval 2 -+ t(0.975, 1) sqrt(2) / sqrt(2).
+    half = scipy_stats.t.ppf(0.975, 1)
+    assert table[2].startswith(f"| R | 2 | 3 | 2.00 ± 1.41 [{2 - half:.2f}, {2 + half:.2f}] |")
