@@ -44,6 +44,16 @@ class Claim:
         paper_baseline: The paper's number for ``baseline``.
         baseline_metric: The metric read for ``baseline`` when it differs from ``metric`` (pFedMe's
             personalized model against its own global model: one method, two metrics); ``None``: ``metric``.
+        primary: The setting's primary claim (one per setting; listed first in the report).
+        in_paper: ``False`` for a comparison the paper does not make (reported apart, never counted in the
+            headline nor in the multiplicity correction of the paper's claims).
+        form: ``"better"`` (the paper says one is better), ``"comparable"`` (close, no direction) or
+            ``"slightly_better"`` (better by at most about ``margin``); the last two are judged against
+            the equivalence margin.
+        margin: The equivalence margin ``delta`` of ``comparable``/``slightly_better`` claims, in the
+            metric's units (default 1 accuracy point).
+        untestable: Non-empty where the two runs are identical by construction under this reading (the
+            reason, shown in the report): the claim is then "not testable under this reading".
     """
 
     setting: str
@@ -55,6 +65,11 @@ class Claim:
     paper_ours: float | None = None
     paper_baseline: float | None = None
     baseline_metric: str | None = None
+    primary: bool = False
+    in_paper: bool = True
+    form: str = "better"
+    margin: float = 1.0
+    untestable: str = ""
 
     @property
     def against(self) -> str:

@@ -42,6 +42,8 @@ class Setting:
             only where the paper uses one lr for every method (Tempo: it then takes the selected lr,
             having no parameter of its own). The others run at the paper's hyperparameters. Empty:
             nothing is tuned in this setting.
+        objectives: ``{method: val/* metric}`` each tuned method is selected on (the metric its claims
+            compare it on, e.g. q-FFL on ``val/acc_worst20``); a method not named uses ``val/acc_mean``.
 
     Raises:
         ConfigError: If a ``best_of`` name is also a method or a member is not one, or a tuned method is
@@ -54,6 +56,7 @@ class Setting:
     changes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     best_of: Mapping[str, Sequence[str]] = field(default_factory=dict)
     tuned_methods: Sequence[str] = ()
+    objectives: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.tuned_methods if m not in self.methods]
