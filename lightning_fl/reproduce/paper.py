@@ -25,7 +25,9 @@ class SettingResults:
     ``run_seconds`` is each run's wall time as the runner recorded it when the run trained (a rerun
     that only reads finished runs keeps the original times); ``tuned`` is ``{method: selected setting}``
     (``client_lr=0.03,mu=0.1``) of the methods tuned on the validation splits, and ``tuned_at_edge``
-    ``{method: keys}`` of the selected values at the smallest or largest value their grid tried.
+    ``{method: keys}`` of the selected values at the smallest or largest value their grid tried;
+    ``tuning_budget`` is ``{method: the budget it was tuned with, in words}`` (``"12 trials x 2 seeds
+    (1000, 1001) on val/acc_mean"``), empty when nothing was tuned.
     """
 
     setting: Setting
@@ -35,6 +37,7 @@ class SettingResults:
     run_seconds: Sequence[float] = ()
     tuned: Mapping[str, str] = field(default_factory=dict)
     tuned_at_edge: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    tuning_budget: Mapping[str, str] = field(default_factory=dict)
 
     def _rows(self, method: str, seed: int, metric: str, stage: str) -> list[tuple[int, float]]:
         return sorted((r[3], r[6]) for r in self.rows if r[1] == method and r[2] == seed and r[4] == stage
@@ -120,6 +123,8 @@ class Paper:
             no paper numbers).
         scaled_down: ``scaled_down(scale)``: what differs from the paper at a scale, one line each.
         methods_note: Where the methods' settings come from (the paper's, or tuned).
+        not_run: ``not_run(scale)``: what the paper reports that this reproduction does not run, one line
+            each (the reviewer's checklist).
         discussion: ``discussion(verdicts, values, tuned)``: the likely reasons behind the verdicts, written
             from the measured values (``values[(setting, method, metric)]``: one per seed) and the tuned
             selections (``tuned[setting][method]``, e.g. ``"client_lr=0.03,mu=0.1"``; empty when nothing was
@@ -136,5 +141,6 @@ class Paper:
     paper_values_status: str = "as printed"
     scaled_down: Callable[[str], list[str]] = lambda scale: []
     methods_note: str = ""
+    not_run: Callable[[str], list[str]] = lambda scale: []
     discussion: Callable[[Sequence[Any], Mapping[tuple[str, str, str], Sequence[float]], Mapping[str, Mapping[str, str]]],
                          str] = lambda verdicts, values, tuned: ""
