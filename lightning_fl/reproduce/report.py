@@ -6,7 +6,6 @@ import math
 from collections.abc import Mapping, Sequence
 
 from lightning_fl.experiments.stats import Stats, stats
-from lightning_fl.experiments.tuning import CLIENT_LR
 from lightning_fl.reproduce.claims import Verdict
 from lightning_fl.reproduce.paper import Paper, SettingResults
 
@@ -59,21 +58,30 @@ def verdict_table(paper: Paper, verdicts: Sequence[Verdict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _hyperparameters(sections: Sequence[tuple[SettingResults, str]], tune: bool, seed: int) -> str:
-    """Where the methods' hyperparameters come from: tuned baselines, or the configs as they are."""
+def _hyperparameters(sections: Sequence[tuple[SettingResults, str]], tune: bool, _seed: int | None = None) -> str:
+    """Where the methods' hyperparameters come from: tuned with one budget, or the configs as they are.
+
+    Args:
+        sections: Each setting's results (``tuned``, ``tuning_budget``).
+        tune: Whether this reproduction tuned.
+        _seed: Unused (the tuning seeds are in each budget).
+    """
     if not tune:
-        return ("Hyperparameters: the configs' as listed above, nothing tuned (`TUNE=0`; by default the baselines"
-                " are selected on the validation splits first, docs/experiments.md, \"Fair baselines\").")
+        return ("Hyperparameters: the configs' as listed above (the paper's settings as printed), nothing tuned"
+                " (`TUNE=0`, or the default at the paper's scale; `TUNE=1` tunes every method with the same budget on"
+                " the validation splits first, docs/experiments.md, \"Fair baselines\").")
     if not any(results.tuned for results, _ in sections):
         return "Hyperparameters: nothing to tune here (no setting names methods to tune; see above)."
-    return ("Hyperparameters: the baselines' were selected on the validation splits first, never on test"
-            f" (docs/experiments.md, \"Fair baselines\"), each from one run per setting on seed {seed} (no reported"
-            f" run uses it): the first baseline (FedAvg) selects the client lr over {', '.join(map(str, CLIENT_LR))}, then"
-            " every other baseline its own parameters at that lr (FedProx mu, q-FFL q, a server lr), the protocol of"
-            " the FedProx and q-FFL papers; the selections are listed under each setting's table. The paper's own"
-            " methods run at the paper's hyperparameters (where the paper uses one lr for every method, they take"
-            " the selected lr too), so the claims are tested against tuned baselines (`TUNE=0`: every"
-" method at the configs' values).")
+    budgets = sorted({b for results, _ in sections for b in results.tuning_budget.values()})
+    untuned = sorted({f"{m} ({results.setting.name})" for results, _ in sections if results.tuned
+                      for m in results.setting.methods if m not in results.tuned})
+    kept = (f" Not tuned (the setting lists only some methods; they run at the config's values): {', '.join(untuned)}."
+            if untuned else " Every method was tuned, the paper's own included.")
+    return ("Hyperparameters: every tuned method got the same budget on the validation splits, never on test"
+            f" (docs/experiments.md, \"Fair baselines\"): {'; '.join(budgets)} (Optuna TPE, a median pruner over"
+            " rounds, a space widened when its best trial sits at its edge), on tuning seeds no reported run uses;"
+            " each setting's `tuning.md` lists every trial's validation score and the selections under each"
+            f" setting's table.{kept} `TUNE=0`: every method at the configs' values.")
 
 
 def render_report(paper: Paper, scale: str, seeds: Sequence[int], sections: Sequence[tuple[SettingResults, str]],
