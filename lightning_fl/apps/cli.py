@@ -292,6 +292,11 @@ def main(args: list[str] | None = None) -> None:
     says so).
     """
     argv = list(sys.argv[1:] if args is None else args)
+    if argv[:1] == ["tune"]:  # not a LightningCLI subcommand: tunes many runs, each its own fit process
+        from lightning_fl.apps.tune import run as tune
+
+        tune(argv[1:])
+        return
     preemption = Preemption.instance()
     preemption.install()
     try:

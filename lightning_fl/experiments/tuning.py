@@ -91,8 +91,8 @@ def check_tuning(methods: Mapping[str, str], seeds: Sequence[int], trials: int, 
     if shared := sorted(set(seeds) & set(reporting_seeds)):
         raise ConfigError(f"tune seeds must not be reporting seeds; {shared} are both (tuning seeds: {list(seeds)})")
     for method, metric in objectives.items():
-        check_choice("tune metric", metric, TUNE_METRICS)
         check_choice("tune objective's method", method, list(methods))
+        check_choice("tune metric", metric, TUNE_METRICS)
     for method, config in methods.items():
         if not Path(config).is_file():
             raise ConfigError(f"tune: the config of {method}, {config}, does not exist")
@@ -171,6 +171,8 @@ def tune(methods: Mapping[str, str], save_dir: Path, seeds: Sequence[int] = TUNI
     Raises:
         ConfigError: On bad input (before anything trains), or when no trial of a method completed.
     """
+    for method in objectives or {}:
+        check_choice("tune objective's method", method, list(methods))
     objectives = {m: (objectives or {}).get(m, metric) for m in methods}
     check_choice("tune metric", metric, TUNE_METRICS)
     check_tuning(methods, seeds, trials, objectives, reporting_seeds)

@@ -42,9 +42,9 @@ def _fake_train(run: Run, optimum: float = 0.01, seen: list | None = None, round
     if seen is not None:
         seen.append((run.seed, lr))
     val = _val(lr, optimum) - (0.1 if run.seed == 1001 else 0.0)
-    lines = ["stage,round,acc_mean,acc_var"]
+    lines = ["stage,round,acc_mean,acc_var,acc_worst20"]
     for r in range(1, rounds + 1):
-        lines += [f"val,{r},{val * r / rounds!r},{1 - val!r}", f"test,{r},{-val!r},{val!r}"]
+        lines += [f"val,{r},{val * r / rounds!r},{1 - val!r},{val / 2!r}", f"test,{r},{-val!r},{val!r},{-val!r}"]
     (run.log_dir / "fairness_history.csv").write_text("\n".join(lines) + "\n")
     return 0
 
