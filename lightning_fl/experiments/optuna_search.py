@@ -27,8 +27,9 @@ __all__ = ["MAX_WIDENINGS", "PRUNER_STARTUP_TRIALS", "PRUNER_WARMUP", "best_tria
 MAX_WIDENINGS = 2
 #: Trials never pruned (the median needs some complete curves first).
 PRUNER_STARTUP_TRIALS = 3
-#: Fraction of a run's rounds before which nothing is pruned (early rounds rank learning rates poorly).
-PRUNER_WARMUP = 0.25
+#: Fraction of a run's rounds before which nothing is pruned (early rounds rank learning rates poorly: a
+#: small lr that ends best starts slowest), so only the second half of a run can be saved.
+PRUNER_WARMUP = 0.5
 
 
 def stage_sizes(trials: int, max_widenings: int = MAX_WIDENINGS) -> list[int]:
@@ -123,6 +124,10 @@ def search_method(name: str, config: str, space: Sequence[Param], trials: int, s
             records.append({"number": number, "stage": stage, "params": point, "label": point_label(point),
                             "state": outcome.state, "score": outcome.score, "seed_scores": outcome.seed_scores,
                             "pruned_at": outcome.pruned_at, "steps": outcome.steps, "error": outcome.error})
+            done = {"complete": f"{metric} {outcome.score:.4f}" if outcome.score is not None else "",
+                    "pruned": f"pruned at round {outcome.pruned_at}", "failed": f"failed: {outcome.error}"}
+            print(f"tune {name}: trial {number + 1}/{trials} (stage {stage + 1}) {point_label(point)}:"
+                  f" {done[outcome.state]}", flush=True)
         best = best_trial(records, maximize)
         if stage < len(sizes) - 1 and best is not None and (sides := edges(best["params"], space)):
             before = {p.name: [p.low, p.high] for p in space if p.name in sides}

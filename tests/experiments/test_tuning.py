@@ -163,8 +163,8 @@ def test_widening_moves_one_side_by_half_the_width_within_the_hard_limits():
 
 
 def test_pruning_stops_a_trial_whose_curve_is_below_the_median(tmp_path):
-    # 8 rounds, evaluated every round; the pruner waits 3 complete trials and prunes from step 2 on (steps
-    # below its warm-up, 25% of 8 rounds, are never pruned).
+    # 8 rounds, evaluated every round; the pruner waits 3 complete trials and prunes from step 4 on (steps
+    # below its warm-up, half of 8 rounds, are never pruned).
     def curves(run: Run) -> int:
         lr, _ = _params(run)
         good = lr > 0.004  # the fake's bad trials are those with a small lr
@@ -175,13 +175,14 @@ def test_pruning_stops_a_trial_whose_curve_is_below_the_median(tmp_path):
     result = tuning.tune({"FedAvg": FEDAVG}, tmp_path, trials=8, overrides=["--trainer.max_epochs", "8"],
                          launcher=partial(launch, train=curves))
     trials = result.methods["FedAvg"]["trials"]
-    for t in trials[3:]:  # after the startup trials: a bad curve is pruned at round 2 (the first after warm-up)
+    for t in trials[3:]:  # after the startup trials: a bad curve is pruned at round 4 (the first after warm-up)
         bad = t["params"]["client_lr"] <= 0.004
         assert (t["state"] == "pruned") == bad, t
         if bad:
-            assert t["pruned_at"] == 2 and t["score"] is None and t["steps"] == [(1, 0.1), (2, 0.2)]
+            assert t["pruned_at"] == 4 and t["score"] is None
+            assert t["steps"] == [(1, 0.1), (2, 0.2), (3, pytest.approx(0.3)), (4, 0.4)]
     assert all(t["state"] == "complete" for t in trials[:3])
-    assert any(t["state"] == "pruned" for t in trials) and "pruned at round 2" in (tmp_path / "tuning.md").read_text()
+    assert any(t["state"] == "pruned" for t in trials) and "pruned at round 4" in (tmp_path / "tuning.md").read_text()
 
 
 def test_common_steps_average_the_rounds_every_seed_reached():
