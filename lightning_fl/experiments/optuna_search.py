@@ -12,7 +12,6 @@ selections; docs/experiments.md, "Fair baselines".
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,8 @@ from lightning_fl.experiments.runs import Run, plan_runs
 from lightning_fl.experiments.search_space import Param, edges, point_label, widen, write_point_config
 from lightning_fl.experiments.tuning_runs import TrialOutcome, evaluate_trial
 
-__all__ = ["MAX_WIDENINGS", "PRUNER_STARTUP_TRIALS", "PRUNER_WARMUP", "best_trial", "search_method", "stage_sizes"]
+__all__ = ["MAX_WIDENINGS", "PRUNER_STARTUP_TRIALS", "PRUNER_WARMUP", "best_trial", "rounds_of", "search_method",
+           "stage_sizes"]
 
 #: Stage boundaries at which a space may be widened (the declared limit of widenings).
 MAX_WIDENINGS = 2
@@ -151,4 +151,4 @@ def rounds_of(config: str, overrides: Sequence[str]) -> int:
         return int(values[-1])
     trainer = (yaml.safe_load(Path(config).read_text()) or {}).get("trainer") or {}
     epochs = trainer.get("max_epochs")
-    return int(epochs) if isinstance(epochs, int) and not math.isnan(epochs) else 1
+    return epochs if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0 else 1

@@ -120,7 +120,7 @@ def widen(param: Param, side: str) -> Param:
     """``param`` with its ``side`` (``low`` or ``high``) moved out by half the range's width, within the hard limits.
 
     Example:
-        >>> widen(Param("client_lr", 1e-3, 1e-1), "high").high  # two decades wide: one more decade
+        >>> round(widen(Param("client_lr", 1e-3, 1e-1), "high").high, 9)  # two decades wide: one more decade
         1.0
     """
     if param.log:

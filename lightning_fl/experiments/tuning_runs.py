@@ -32,7 +32,7 @@ from lightning_fl.experiments.launcher import RunInterrupted, launch
 from lightning_fl.experiments.runs import CHECKPOINT, STARTED, Run, is_finished, matches
 from lightning_fl.simulation.default_callbacks import ROUND_LINES_ENVIRONMENT
 
-__all__ = ["ABORT", "TrialOutcome", "common_steps", "evaluate_trial", "val_series"]
+__all__ = ["ABORT", "Pruned", "TrialOutcome", "common_steps", "evaluate_trial", "stoppable_train", "val_series"]
 
 #: Set when the tuner is stopping (Ctrl-C, SIGTERM): every trial's processes are stopped, resumable.
 ABORT = threading.Event()
