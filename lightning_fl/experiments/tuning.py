@@ -30,7 +30,7 @@ from lightning_fl.experiments.tuning_runs import ABORT
 from lightning_fl.faults.validation import ConfigError, check_choice
 
 __all__ = ["DEFAULT_TRIALS", "METRIC_DIRECTIONS", "TUNE_METRICS", "TUNING_SEEDS", "TuningResult", "budget_text",
-           "check_tuning", "tune", "tuning_markdown"]
+           "check_tuning", "has_validation_splits", "tune", "tuning_markdown"]
 
 #: The seeds of every tuning run: fixed, and never among a comparison's reporting seeds (checked).
 TUNING_SEEDS: tuple[int, ...] = (1000, 1001)
@@ -79,6 +79,12 @@ def budget_text(trials: int, seeds: Sequence[int]) -> str:
     return f"{trials} trials x {len(seeds)} seeds ({', '.join(map(str, seeds))})"
 
 
+def has_validation_splits(config: str | Path) -> bool:
+    """Whether ``config`` keeps validation splits (``data.init_args.val_fraction`` is not 0; default 0.1)."""
+    init_args = ((yaml.safe_load(Path(config).read_text()) or {}).get("data") or {}).get("init_args") or {}
+    return init_args.get("val_fraction", 0.1) != 0
+
+
 def check_tuning(methods: Mapping[str, str], seeds: Sequence[int], trials: int, objectives: Mapping[str, str],
                  reporting_seeds: Sequence[int] = ()) -> None:
     """Raise :class:`ConfigError` (one line) for input the tuner cannot use, before anything trains."""
@@ -96,8 +102,7 @@ def check_tuning(methods: Mapping[str, str], seeds: Sequence[int], trials: int, 
     for method, config in methods.items():
         if not Path(config).is_file():
             raise ConfigError(f"tune: the config of {method}, {config}, does not exist")
-        init_args = ((yaml.safe_load(Path(config).read_text()) or {}).get("data") or {}).get("init_args") or {}
-        if init_args.get("val_fraction", 0.1) == 0:
+        if not has_validation_splits(config):
             raise ConfigError(f"tune: data.init_args.val_fraction of {method} ({config}) is 0; tuning selects on the"
                               " validation splits, so it must be > 0")
 

@@ -71,11 +71,13 @@ def _hyperparameters(sections: Sequence[tuple[SettingResults, str]], tune: bool,
                 " (`TUNE=0`, or the default at the paper's scale; `TUNE=1` tunes every method with the same budget on"
                 " the validation splits first, docs/experiments.md, \"Fair baselines\").")
     if not any(results.tuned for results, _ in sections):
-        return "Hyperparameters: nothing to tune here (no setting names methods to tune; see above)."
+        return ("Hyperparameters: nothing tuned: no method here can be (the settings keep no validation splits, or"
+                " list no methods to tune; see above), so every method runs at the configs' values.")
     budgets = sorted({b for results, _ in sections for b in results.tuning_budget.values()})
     untuned = sorted({f"{m} ({results.setting.name})" for results, _ in sections if results.tuned
                       for m in results.setting.methods if m not in results.tuned})
-    kept = (f" Not tuned (the setting lists only some methods; they run at the config's values): {', '.join(untuned)}."
+    kept = (f" Not tuned (the setting lists only some methods, or the method keeps no validation splits; they run at"
+            f" the config's values): {', '.join(untuned)}."
             if untuned else " Every method was tuned, the paper's own included.")
     return ("Hyperparameters: every tuned method got the same budget on the validation splits, never on test"
             f" (docs/experiments.md, \"Fair baselines\"): {'; '.join(budgets)} (Optuna TPE, a median pruner over"

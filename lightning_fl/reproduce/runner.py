@@ -15,6 +15,7 @@ from pathlib import Path
 from lightning_fl.experiments.grid import run_grid
 from lightning_fl.experiments.launcher import launch
 from lightning_fl.experiments.runs import Run
+from lightning_fl.experiments.tuning import has_validation_splits
 from lightning_fl.reproduce.claims import Verdict, judge
 from lightning_fl.reproduce.paper import Paper, SettingResults, best_of_values
 from lightning_fl.reproduce.report import render_report, setting_table
@@ -31,7 +32,10 @@ def _run_setting(paper: Paper, setting, seeds: Sequence[int], save_dir: Path, jo
     for method, base in setting.methods.items():
         changes = {**setting.common, **setting.changes.get(method, {})}
         configs[method] = str(derive_config(base, changes, folder / "configs" / f"{method}.yaml"))
-    tuned_methods = list(setting.methods if setting.tuned_methods is None else setting.tuned_methods)
+    # By default every method that can be: a config without validation splits (the papers' exact training sets)
+    # has nothing to select on, and the report names it among the methods not tuned.
+    tuned_methods = [m for m in setting.methods if has_validation_splits(configs[m])] \
+        if setting.tuned_methods is None else list(setting.tuned_methods)
     tune = tune and bool(tuned_methods)
     grid = run_grid(configs, seeds, folder, jobs, tune=tune, tune_methods=tuned_methods, tune_trials=trials,
                     tune_objectives=setting.objectives, title=f"{paper.title}: {setting.name}",

@@ -17,8 +17,8 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 FEDAVG, FEDPROX = str(CONFIGS / "fedavg_synthetic.yaml"), str(CONFIGS / "fedprox_synthetic.yaml")
 
 
-def _paper(tuned_methods=None) -> Paper:
-    setting = Setting("S", {"FedAvg": FEDAVG, "FedProx": FEDPROX}, {"trainer.max_epochs": 2},
+def _paper(tuned_methods=None, changes=None) -> Paper:
+    setting = Setting("S", {"FedAvg": FEDAVG, "FedProx": FEDPROX}, {"trainer.max_epochs": 2}, changes or {},
                       tuned_methods=tuned_methods, objectives={"FedProx": "val/acc_worst20"})
     accuracy = Metric("Accuracy", lambda results, method, seed: results.final(method, seed, "acc_mean"))
     return Paper("fake", "A fake paper", "Two methods.", lambda scale: [setting], {"acc": accuracy}, [])
@@ -42,7 +42,18 @@ def test_every_method_is_tuned_with_the_same_budget_and_the_report_says_so(tmp_p
 def test_a_setting_may_tune_only_some_methods_and_paper_scale_tunes_nothing(tmp_path):
     report, _ = reproduce(_paper(["FedProx"]), "small", [0], tmp_path / "some", None, jobs=1, trials=1,
                           launcher=partial(launch, train=_fake_train))
-    assert "Not tuned (the setting lists only some methods; they run at the config's values): FedAvg (S)." in report
+    assert "Not tuned (the setting lists only some methods, or the method keeps no validation splits; they run at the" \
+        " config's values): FedAvg (S)." in report
     report, _ = reproduce(_paper(), "paper", [0], tmp_path / "paper", None, jobs=1,
                           launcher=partial(launch, train=_fake_train))
     assert "nothing tuned" in report and not (tmp_path / "paper" / "s" / "tuning").exists()
+
+
+def test_by_default_a_method_without_validation_splits_is_not_tuned(tmp_path):
+    paper = _paper(changes={"FedAvg": {"data.init_args.val_fraction": 0.0}})
+    report, _ = reproduce(paper, "small", [0], tmp_path, None, jobs=1, trials=1, launcher=partial(launch, train=_fake_train))
+    assert "keeps no validation splits; they run at the config's values): FedAvg (S)." in report
+    assert [p.name for p in (tmp_path / "s" / "tuning").iterdir() if p.name != "configs"] == ["FedProx"]
+    every = _paper(changes={m: {"data.init_args.val_fraction": 0.0} for m in ("FedAvg", "FedProx")})
+    report, _ = reproduce(every, "small", [0], tmp_path / "none", None, jobs=1, launcher=partial(launch, train=_fake_train))
+    assert "Hyperparameters: nothing tuned: no method here can be" in report
