@@ -173,7 +173,8 @@ def evaluate_trial(trial: Any, runs: Sequence[Run], metric: str,
             afterwards, with the same result.
 
     Returns:
-        A :class:`TrialOutcome` (a run that fails makes the trial ``failed``).
+        A :class:`TrialOutcome`: ``pruned`` at the first step the pruner stops (over the rounds every seed
+        reached, so a run that fails later does not change it), else ``failed`` if a run failed.
     """
     if ABORT.is_set():
         raise KeyboardInterrupt
@@ -189,20 +190,20 @@ def evaluate_trial(trial: Any, runs: Sequence[Run], metric: str,
                 train(run)
             except Pruned:
                 pass
-            except RuntimeError as err:  # a failed run (e.g. diverged): the trial fails, the others stop
+            except RuntimeError as err:  # a failed run (e.g. diverged): the trial fails unless pruned first
+                # The other seeds go on: the steps reported must not depend on when the failure was seen.
                 errors.append(str(err).splitlines()[0])
-                stop.set()
 
         with ThreadPoolExecutor(max_workers=len(todo)) as pool:
             futures = [pool.submit(one, run) for run in todo]
-            while pruned_at is None and not stop.is_set() and not all(f.done() for f in futures):
+            while pruned_at is None and not all(f.done() for f in futures):
                 stop.wait(POLL_SECONDS)
                 done, pruned_at = _report(trial, common_steps([val_series(r, metric) for r in runs]), done)
             if pruned_at is not None:
                 stop.set()
         if ABORT.is_set():
             raise KeyboardInterrupt
-        if pruned_at is None and not errors:
+        if pruned_at is None:
             done, pruned_at = _report(trial, common_steps([val_series(r, metric) for r in runs]), done)
     steps = common_steps([val_series(r, metric) for r in runs])[:done]
     return _outcome(trial, runs, metric, steps, pruned_at, errors)

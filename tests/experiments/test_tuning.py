@@ -214,3 +214,14 @@ def test_a_point_lands_in_the_optimizer_or_the_callback(tmp_path):
     assert written["model"]["optimizer"]["init_args"] == {"lr": 0.03, "momentum": 0.7}
     [fedfa] = [c for c in written["trainer"]["callbacks"] if c["class_path"] == "lightning_fl.callbacks.FedFa"]
     assert fedfa["init_args"]["server_momentum"] == 0.2
+
+
+def test_a_trial_whose_run_fails_is_recorded_and_never_selected(tmp_path):
+    def diverges_at_large_lr(run: Run) -> int:
+        return 1 if run.seed == 1001 and _params(run)[0] > 0.015 else _fake_train(run, optimum=0.1)
+
+    r = _tune(tmp_path, {"FedAvg": FEDAVG}, trials=4, launcher=partial(launch, train=diverges_at_large_lr)).methods["FedAvg"]
+    failed = [t for t in r["trials"] if t["state"] == "failed"]
+    assert failed and all(t["params"]["client_lr"] > 0.015 and t["score"] is None for t in failed)
+    assert r["selected"]["client_lr"] <= 0.015  # the fake's optimum 0.1 failed: the best of the rest
+    assert "| failed: FedAvg/trial_" in (tmp_path / "tuning.md").read_text()
