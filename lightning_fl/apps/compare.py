@@ -56,7 +56,7 @@ def parser() -> argparse.ArgumentParser:
                    help="keep the config's data.init_args.seed for every seed (default: data seed = seed)")
     p.add_argument("--jobs", type=int, help="training processes at a time (default: one per CPU core)")
     p.add_argument("--tune", action="store_true",
-                   help="first select each method's hyperparameters on the validation splits (grids: docs/experiments.md)")
+                   help="first tune every method with the same budget on the validation splits (docs/experiments.md)")
     p.add_argument("--tune-seeds", default=",".join(map(str, TUNING_SEEDS)),
                    help=f"tuning seeds, at least 2, none a reported seed (default {','.join(map(str, TUNING_SEEDS))})")
     p.add_argument("--tune-trials", type=int, help=f"tuning trials per method (default {DEFAULT_TRIALS})")

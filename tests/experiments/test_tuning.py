@@ -225,3 +225,21 @@ def test_a_trial_whose_run_fails_is_recorded_and_never_selected(tmp_path):
     assert failed and all(t["params"]["client_lr"] > 0.015 and t["score"] is None for t in failed)
     assert r["selected"]["client_lr"] <= 0.015  # the fake's optimum 0.1 failed: the best of the rest
     assert "| failed: FedAvg/trial_" in (tmp_path / "tuning.md").read_text()
+
+
+def test_a_running_or_pruned_runs_values_come_from_its_checkpoint_validation_rows_only(tmp_path):
+    import torch
+
+    from lightning_fl.experiments.runs import CHECKPOINT, STARTED, identity
+    from lightning_fl.experiments.tuning_runs import val_series
+
+    run = Run("A", 1000, tmp_path, ("-m", "lightning_fl", "fit", "--config", FEDAVG), FEDAVG)
+    history = [{"stage": "val", "round": 2, "acc_mean": 0.25}, {"stage": "test", "round": 2, "acc_mean": 0.9},
+               {"stage": "val", "round": 4, "acc_mean": 0.5}, {"stage": "test", "round": 4, "acc_mean": 0.1}]
+    (tmp_path / CHECKPOINT).parent.mkdir(parents=True)
+    torch.save({"callbacks": {"FairnessMetrics": {"server": {"history": history}}}}, tmp_path / CHECKPOINT)
+    assert val_series(run, "val/acc_mean") == []  # no started.json of this run: not its checkpoint
+    (tmp_path / STARTED).write_text(json.dumps(identity(run)))
+    assert val_series(run, "val/acc_mean") == [(2, 0.25), (4, 0.5)]
+    other = Run("A", 1000, tmp_path, ("-m", "lightning_fl", "fit", "--config", FEDPROX), FEDPROX)
+    assert val_series(other, "val/acc_mean") == []  # an outdated attempt's rows are never replayed
