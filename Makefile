@@ -57,7 +57,7 @@ compare: $(STAMP)
 		$(if $(TRIALS),--tune-trials $(TRIALS)) $(METHODS)
 
 ## tune: tune CONFIGS (name=config pairs; default the METHODS of compare) under one budget: TRIALS trials per method
-## (default 8) on the tuning seeds 1000 and 1001, selected on the validation splits (METRIC, default val/acc_mean;
+## (default 6) on the tuning seeds 1000 and 1001, selected on the validation splits (METRIC, default val/acc_mean;
 ## Optuna TPE, a median pruner over rounds, spaces widened at their edge); writes $(LOGS)/tune/tuning.md and
 ## tuned/<name>.yaml (docs/experiments.md, "Fair baselines"); ROUNDS and JOBS as for compare. Finished trials are kept.
 ## Example: make tune CONFIGS="FedAvg=configs/fedavg_synthetic.yaml q-FFL=configs/qffl_synthetic.yaml" TRIALS=12

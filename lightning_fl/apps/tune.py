@@ -11,7 +11,7 @@ Example::
 
     python -m lightning_fl tune --config FedAvg=configs/fedavg_synthetic.yaml \\
         --config q-FFL=configs/qffl_synthetic.yaml --objective q-FFL=val/acc_worst20 \\
-        --trials 8 --seeds 1000,1001 --save-dir lightning_logs/tune
+        --trials 6 --seeds 1000,1001 --save-dir lightning_logs/tune
 
 Everything after ``--`` is passed to every run (e.g. ``-- --trainer.max_epochs 20``).
 """

@@ -33,11 +33,12 @@ PRUNER_WARMUP = 0.5
 
 
 def stage_sizes(trials: int, max_widenings: int = MAX_WIDENINGS) -> list[int]:
-    """The budget's stages: a first stage of about half the trials, then up to ``max_widenings`` equal ones.
+    """The budget's stages: up to ``max_widenings`` equal later stages sharing at most half the trials, and a
+    first stage of the rest (where TPE samples at random).
 
     Example:
-        >>> stage_sizes(8), stage_sizes(12), stage_sizes(3), stage_sizes(1)
-        ([4, 2, 2], [6, 3, 3], [2, 1], [1])
+        >>> stage_sizes(6), stage_sizes(8), stage_sizes(12), stage_sizes(3), stage_sizes(1)
+        ([4, 1, 1], [4, 2, 2], [6, 3, 3], [2, 1], [1])
     """
     later = min(max_widenings, trials // 2)
     if later == 0:

@@ -35,9 +35,9 @@ __all__ = ["DEFAULT_TRIALS", "METRIC_DIRECTIONS", "TUNE_METRICS", "TUNING_SEEDS"
 #: The seeds of every tuning run: fixed, and never among a comparison's reporting seeds (checked).
 TUNING_SEEDS: tuple[int, ...] = (1000, 1001)
 #: Trials per method by default. ``make reproduce PAPER=fedfa SCALE=small`` (4 settings x 5 methods) then
-#: trains 20 x 8 x 2 = 320 tuning runs of 5-10 s (fewer rounds where pruned) beside 100 reported runs: about
-#: an hour on 2 cores.
-DEFAULT_TRIALS = 8
+#: trains 20 x 6 x 2 = 240 tuning runs (fewer rounds where pruned) beside the 100 reported runs of 5 seeds:
+#: at the 10 s per run (two at a time on 2 cores) its earlier reproduction measured, about an hour.
+DEFAULT_TRIALS = 6
 #: The validation metrics a method can be tuned on, with the direction that is better.
 METRIC_DIRECTIONS: dict[str, str] = {
     **{f"val/{k}": "maximize" for k in ("acc_mean", "acc_weighted", "acc_pooled", "acc_worst20", "acc_best20",

@@ -139,7 +139,7 @@ def test_a_best_trial_inside_the_space_is_not_widened(tmp_path):
     assert edges(best_trial(r["trials"], True)["params"], space_for(FEDAVG)) == {}
 
 
-@pytest.mark.parametrize(("trials", "sizes"), [(8, [4, 2, 2]), (12, [6, 3, 3]), (5, [3, 1, 1]), (3, [2, 1]), (1, [1])])
+@pytest.mark.parametrize(("trials", "sizes"), [(6, [4, 1, 1]), (8, [4, 2, 2]), (12, [6, 3, 3]), (5, [3, 1, 1]), (3, [2, 1]), (1, [1])])
 def test_the_budget_splits_into_a_first_stage_and_at_most_two_widening_stages(trials, sizes):
     assert stage_sizes(trials) == sizes and sum(sizes) == trials
 
