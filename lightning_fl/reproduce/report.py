@@ -73,17 +73,24 @@ def _hyperparameters(sections: Sequence[tuple[SettingResults, str]], tune: bool,
     if not any(results.tuned for results, _ in sections):
         return ("Hyperparameters: nothing tuned: no method here can be (the settings keep no validation splits, or"
                 " list no methods to tune; see above), so every method runs at the configs' values.")
-    budgets = sorted({b for results, _ in sections for b in results.tuning_budget.values()})
+    # tuning_budget reads "<trials> x <seeds> on <objective>": the budget is shared, the objective per method.
+    budgets = sorted({b.partition(" on ")[0] for results, _ in sections for b in results.tuning_budget.values()})
+    objectives: dict[str, set[str]] = {}
+    for results, _ in sections:
+        for method, budget in results.tuning_budget.items():
+            objectives.setdefault(budget.partition(" on ")[2], set()).add(method)
+    on = ", ".join(f"{metric} ({', '.join(sorted(methods))})" for metric, methods in sorted(objectives.items()))
     untuned = sorted({f"{m} ({results.setting.name})" for results, _ in sections if results.tuned
                       for m in results.setting.methods if m not in results.tuned})
     kept = (f" Not tuned (the setting lists only some methods, or the method keeps no validation splits; they run at"
             f" the config's values): {', '.join(untuned)}."
             if untuned else " Every method was tuned, the paper's own included.")
     return ("Hyperparameters: every tuned method got the same budget on the validation splits, never on test"
-            f" (docs/experiments.md, \"Fair baselines\"): {'; '.join(budgets)} (Optuna TPE, a median pruner over"
-            " rounds, a space widened when its best trial sits at its edge), on tuning seeds no reported run uses;"
-            " each setting's `tuning.md` lists every trial's validation score and the selections under each"
-            f" setting's table.{kept} `TUNE=0`: every method at the configs' values.")
+            f" (docs/experiments.md, \"Fair baselines\"): {'; '.join(budgets)} per method, on tuning seeds no"
+            f" reported run uses, each selected on its objective: {on} (Optuna TPE, a median pruner over rounds, a"
+            " space widened when its best trial sits at its edge). The selections are listed under each setting's"
+            f" table; its `tuning.md` holds every trial's validation score.{kept} `TUNE=0`: every method at the"
+            " configs' values.")
 
 
 def render_report(paper: Paper, scale: str, seeds: Sequence[int], sections: Sequence[tuple[SettingResults, str]],

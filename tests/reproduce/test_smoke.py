@@ -58,7 +58,7 @@ def test_a_tuned_reproduction_tunes_its_methods_on_validation_with_one_budget(tm
             ["seed_1000", "seed_1000", "seed_1001", "seed_1001"]
     lr = tuning["methods"][tuned[0]]["selected"]["client_lr"]
     assert f"Selected on the validation splits: {tuned[0]} client_lr={lr:.3g}" in report
-    assert "2 trials x 2 seeds (1000, 1001) on val/" in report
+    assert "2 trials x 2 seeds (1000, 1001) per method" in report
     runs = {(r["method"], Path(r["config"]).parent.name) for r in _run_configs(folder)}
     assert runs == {(m, "tuned" if m in tuned else "configs") for m in setting.methods}
 

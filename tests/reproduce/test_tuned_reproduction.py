@@ -33,7 +33,8 @@ def test_small_tunes_by_default_and_paper_only_when_asked(scale, tune, expected)
 def test_every_method_is_tuned_with_the_same_budget_and_the_report_says_so(tmp_path):
     report, _ = reproduce(_paper(), "small", [0, 1], tmp_path, None, jobs=1, trials=2,
                           launcher=partial(launch, train=_fake_train))
-    assert "2 trials x 2 seeds (1000, 1001) on val/acc_mean; 2 trials x 2 seeds (1000, 1001) on val/acc_worst20" in report
+    assert ("2 trials x 2 seeds (1000, 1001) per method, on tuning seeds no reported run uses, each selected on its"
+            " objective: val/acc_mean (FedAvg), val/acc_worst20 (FedProx)") in report
     assert "Every method was tuned, the paper's own included." in report
     assert "Selected on the validation splits: FedAvg client_lr=" in report and "; FedProx client_lr=" in report
     assert sorted(p.name for p in (tmp_path / "s" / "tuning").glob("*/trial_*")) == ["trial_0", "trial_0", "trial_1", "trial_1"]
