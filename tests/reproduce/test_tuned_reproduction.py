@@ -58,3 +58,10 @@ def test_by_default_a_method_without_validation_splits_is_not_tuned(tmp_path):
     every = _paper(changes={m: {"data.init_args.val_fraction": 0.0} for m in ("FedAvg", "FedProx")})
     report, _ = reproduce(every, "small", [0], tmp_path / "none", None, jobs=1, launcher=partial(launch, train=_fake_train))
     assert "Hyperparameters: nothing tuned: no method here can be" in report
+
+
+def test_a_bad_trial_count_is_one_line(capsys):
+    from lightning_fl.reproduce.__main__ import main
+
+    assert main(["--paper", "fedfa", "--trials", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "error: trials must be an integer >= 1; got 0"
