@@ -91,7 +91,8 @@ class FairnessMetrics(FederatedCallback):
     per-client metric the client module logs in its ``validation_step``/``test_step`` (its stage prefix
     ``val/``, ``test/`` dropped: ``val/mse`` and ``test/mse`` are ``mse``), with its direction:
     ``{stage}/<metric>_mean``, ``_weighted``, ``_worst20``, ``_best20``, ``_var`` (the metric's units
-    squared), ``_std``, ``_min``, ``_max`` and ``_jain`` (:func:`~lightning_fl.functional.value_fairness.value_fairness`);
+    squared; a logged ``acc`` is a fraction and its ``_var``/``_std`` are in percent units like the
+    built-in ``acc_var``), ``_std``, ``_min``, ``_max`` and ``_jain`` (:func:`~lightning_fl.functional.value_fairness.value_fairness`);
     the worst 20% of a lower-is-better metric are its highest values. The table and both summary files
     name the metric and direction. A classifier's accuracy statistics are logged beside it as before
     (the rounds rules still choose on them); ``acc`` (the default) is the argmax accuracy of the
@@ -206,6 +207,8 @@ class FairnessMetrics(FederatedCallback):
             values, total = values[counted], total[counted]
         values = torch.where(total > 0, values, torch.full_like(values, float("nan")))
         statistics = value_fairness(values, higher_is_better, weights=total)
+        if name == "acc":  # a module's own accuracy (a fraction): spread in percent units, as the built-in acc_var
+            statistics["var"], statistics["std"] = 1e4 * statistics["var"], 100.0 * statistics["std"]
         return {f"{name}_{key}": value for key, value in statistics.items()}
 
     @override
