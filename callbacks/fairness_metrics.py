@@ -93,7 +93,9 @@ class FairnessMetrics(FederatedCallback):
     ``{stage}/<metric>_mean``, ``_weighted``, ``_worst20``, ``_best20``, ``_var`` (the metric's units
     squared; a logged ``acc`` is a fraction and its ``_var``/``_std`` are in percent units like the
     built-in ``acc_var``), ``_std``, ``_min``, ``_max`` and ``_jain`` (:func:`~lightning_fl.functional.value_fairness.value_fairness`);
-    the worst 20% of a lower-is-better metric are its highest values. The table and both summary files
+    the worst 20% of a lower-is-better metric are its highest values, and a histogram of the per-client
+    values is logged as ``{stage}/client_<metric>`` (every ``histogram_every`` evaluations, like the
+    accuracy's). The table and both summary files
     name the metric and direction. A classifier's accuracy statistics are logged beside it as before
     (the rounds rules still choose on them); ``acc`` (the default) is the argmax accuracy of the
     classifier pass, ``loss`` its mean cross-entropy unless the module logs a ``loss`` of its own.
@@ -235,6 +237,11 @@ class FairnessMetrics(FederatedCallback):
         headline = f"{stage}/acc_mean" if not declared else f"{stage}/{name}_mean"
         log.log_scalars({f"{stage}/{k}": v for k, v in metrics.items()}, prog_bar=(headline,))
         self.history.append({"stage": stage, "round": evaluation.round_number, **metrics})
+        histogram_now = (sum(1 for row in self.history if row["stage"] == stage) - 1) % self.histogram_every == 0
+        if declared and histogram_now:  # the declared metric's spread over clients, as the accuracy's below
+            values = evaluation.metric(name)
+            values = values if evaluation.counted is None else values[evaluation.counted]
+            log.log_histogram(f"{stage}/client_{name}", values[~values.isnan()])
         if not accuracy:  # the accuracy histogram and client_accuracy.csv need an accuracy
             return
         accuracies = client_accuracies(evaluation.correct, evaluation.total)
@@ -242,8 +249,7 @@ class FairnessMetrics(FederatedCallback):
             append_client_rows(Path(log.outputs.directory) / "client_accuracy.csv", evaluation.round_number, stage,
                                accuracies, evaluation.total, first_of_stage=stage not in self._client_rows_stages)
             self._client_rows_stages.add(stage)
-        evaluations = sum(1 for row in self.history if row["stage"] == stage)
-        if (evaluations - 1) % self.histogram_every == 0:
+        if histogram_now:
             shown = accuracies if evaluation.counted is None else accuracies[evaluation.counted]
             log.log_histogram(f"{stage}/client_acc", shown[~shown.isnan()])
             log.log_figure(f"{stage}/client_acc_figure", accuracy_histogram_figure(shown, evaluation.round_number))

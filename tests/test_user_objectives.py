@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 import torchmetrics
 import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lightning_fl.callbacks import FairnessMetrics, FedAvg
 from lightning_fl.datamodules import (FederatedData, FederatedDataModule, ShakespeareDataModule, SyntheticDataModule,
@@ -121,7 +122,13 @@ def test_regression_reports_each_clients_mse(tmp_path, engine) -> None:
     module = LinearRegression(in_features=10)
     module.load_state_dict(_weights(tmp_path))
     datamodule = SyntheticRegressionDataModule(num_clients=5, samples_per_client=60, num_features=10)
-    _check_reported(tmp_path, "mse", _per_client_test(module, datamodule, lambda p, y: ((p - y) ** 2).mean()))
+    per_client = _per_client_test(module, datamodule, lambda p, y: ((p - y) ** 2).mean())
+    _check_reported(tmp_path, "mse", per_client)
+    # TensorBoard shows the declared metric's spread over the clients as a histogram per evaluation.
+    events = EventAccumulator(str(tmp_path / "run" / "version_0"), size_guidance={"histograms": 0})
+    last = events.Reload().Histograms("test/client_mse")[-1].histogram_value
+    assert (last.num, last.min, last.max) == (5, pytest.approx(float(per_client.min()), rel=1e-5),
+                                              pytest.approx(float(per_client.max()), rel=1e-5))
 
 
 def test_smoothed_classifier_reports_each_clients_accuracy(tmp_path) -> None:
