@@ -89,8 +89,8 @@ def claims_from_table(printed: dict[str, dict[str, tuple[float, ...]]]) -> list[
     for setting, rows in printed.items():
         table = {method: dict(zip(COLUMNS, numbers, strict=True)) for method, numbers in rows.items()}
         fedfa = table["FedFa"]
-        beaten = [m for m in OTHERS[:3] if rows[m][1] < fedfa["worst20"]]
-        primary = max(beaten, key=lambda m: rows[m][1]) if beaten else None
+        beaten = [m for m in OTHERS[:3] if table[m]["worst20"] < fedfa["worst20"]]
+        primary = max(beaten, key=lambda m: table[m]["worst20"]) if beaten else None
         for other in OTHERS:
             source = "Table 3" if other == "FedFa-mo" else "Table 2"
             for metric in COLUMNS:
