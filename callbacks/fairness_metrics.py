@@ -290,19 +290,19 @@ class FairnessMetrics(FederatedCallback):
     def _optimistic(self, trainer: pl.Trainer, final: int) -> str:
         """``paper_compat: max_test`` after ``fit``: log the best-on-test statistics as ``test_optimistic/*``
         (never ``test/*``) at the final round; returns the line under the table."""
-        statistics, used = optimistic(self.history, self._protocol)
+        statistics, used = optimistic(self.history, self._protocol, *self._metric)
         scalars = {f"{OPTIMISTIC_PREFIX}/{key}": value for key, value in statistics.items()}
         scalars[f"{OPTIMISTIC_PREFIX}/round"] = float(used[0])
         RoundLogger(trainer.loggers, final).log_scalars(scalars)
         for tag, value in scalars.items():
             trainer.callback_metrics[tag] = torch.tensor(value)
-        return optimistic_note(self._protocol, statistics, used)
+        return optimistic_note(self._protocol, statistics, used, *self._metric)
 
     def _reported(self, trainer: pl.Trainer, row: dict[str, float]) -> tuple[dict[str, float], str, str]:
         """After ``fit``: the row under the declared ``rounds`` rule, the title's rounds phrase, the notes."""
         protocol, final = self._protocol, row["round"]
         try:
-            statistics, used = reported(self.history, protocol)
+            statistics, used = reported(self.history, protocol, *self._metric)
         except ValueError as err:  # e.g. best_val with a NaN monitor at every evaluation: still write the table
             rank_zero_warn(f"model.eval.rounds {protocol.rounds} could not be applied ({err}); the table reports the"
                            " last evaluation")
@@ -310,7 +310,7 @@ class FairnessMetrics(FederatedCallback):
             phrase = f"after {final} round{'' if final == 1 else 's'} (the last evaluation: rounds={protocol.rounds}"
             phrase += " could not be applied)"
         else:
-            phrase = rounds_phrase(protocol, used, final)
+            phrase = rounds_phrase(protocol, used, final, *self._metric)
         note = ""
         if protocol.paper_compat == "max_test":
             try:
