@@ -246,12 +246,14 @@ def _holm(family: Sequence[tuple[Claim, Sequence[float]]]) -> dict[int, Verdict]
 def _unadjusted(claim: Claim, summary: Stats, p_value: float, why: str) -> Verdict:
     """A ``"better"`` claim Holm's procedure does not reproduce, by its 95% interval and sign."""
     if summary.ci_high < 0:
-        label = CONTRADICTED
+        label, unadjusted = CONTRADICTED, "the 95% interval lies below 0"
     elif summary.mean > 0:
         label = DIRECTION_ONLY
+        unadjusted = "the 95% interval lies above 0" if summary.ci_low > 0 else "the 95% interval holds 0"
+        unadjusted += ", the mean is positive"
     else:
-        label = INCONCLUSIVE
-    return Verdict(claim, summary, label, f"{why}{_size(claim, summary)}", p_value)
+        label, unadjusted = INCONCLUSIVE, "the 95% interval holds 0 and the mean is <= 0"
+    return Verdict(claim, summary, label, f"{why}; {unadjusted}{_size(claim, summary)}", p_value)
 
 
 def _equivalence(claim: Claim, summary: Stats) -> Verdict:

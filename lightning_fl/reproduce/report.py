@@ -104,14 +104,21 @@ def _not_run(paper: Paper, verdicts: Sequence[Verdict]) -> list[Claim]:
 
 
 def checklist(paper: Paper, scale: str, seeds: Sequence[int], sections: Sequence[tuple[SettingResults, str]],
-              hyperparameters: str) -> str:
-    """The reviewer's checklist: what differs, the tuning budgets, the seeds, what was not run, the verdict rule."""
+              hyperparameters: str, claims_not_run: int = 0) -> str:
+    """The reviewer's checklist: what differs, the tuning budgets, the seeds, what was not run, the verdict rule.
+
+    ``claims_not_run``: how many of the paper's claims this scale does not run (listed under the claims).
+    """
     differs = "\n".join(f"- {line}" for line in paper.scaled_down(scale)) or "- Nothing: the paper's setting as printed."
     budgets = []
     for results, _ in sections:
         per_method = "; ".join(f"{method}: {_budget(results, method)}" for method in results.setting.methods)
         budgets.append(f"- {results.setting.name}: {per_method}.")
-    not_run = "\n".join(f"- {line}" for line in paper.not_run(scale)) or "- Nothing the paper reports is left out."
+    lines = list(paper.not_run(scale))
+    if claims_not_run:
+        lines.append(f"{claims_not_run} of the paper's claims: their settings or methods do not run at scale `{scale}`"
+                     " (listed under the claims, counted as \"not run at this scale\").")
+    not_run = "\n".join(f"- {line}" for line in lines) or "- None declared."
     methods_note = f"\n\n{paper.methods_note}" if paper.methods_note else ""
     return "\n".join([
         "## Reviewer's checklist\n",
@@ -185,7 +192,7 @@ def render_report(paper: Paper, scale: str, seeds: Sequence[int], sections: Sequ
         f" command (runs are kept, so a later call only reports; it includes any selection runs); the reported"
         f" runs' own times add up to {run_minutes:.1f} minutes (several run at a time).\n",
         f"{paper.experiment}\n",
-        checklist(paper, scale, seeds, sections, _hyperparameters(sections, tuned, max(seeds) + 1)),
+        checklist(paper, scale, seeds, sections, _hyperparameters(sections, tuned, max(seeds) + 1), counts[NOT_RUN]),
         headline,
         "## Results\n",
         "Ours: mean ± sample standard deviation over the seeds, final evaluation on the clients' test"

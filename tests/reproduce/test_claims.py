@@ -60,10 +60,13 @@ def test_holm_stops_at_the_first_claim_it_cannot_reject() -> None:
     assert a.holm_interval == pytest.approx((10 - _half(1 - 0.05 / 3, 1), 10 + _half(1 - 0.05 / 3, 1)), rel=1e-9)
     # b alone would be reproduced (95% interval 3 -+ 2.484 is above 0), but not at Holm's level 97.5%.
     assert 3 - _half(0.95, 1) > 0 and 3 - _half(0.975, 1) < 0
-    assert b.verdict == DIRECTION_ONLY and b.holm_level == pytest.approx(1 - 0.05 / 2) and "holds 0" in b.reason
+    assert b.verdict == DIRECTION_ONLY and b.holm_level == pytest.approx(1 - 0.05 / 2)
+    assert b.reason.startswith("its interval holds 0 at Holm's level (rank 2 of 3")
+    assert b.reason.endswith("; the 95% interval lies above 0, the mean is positive")
     assert judge(_claim("b"), [2.0, 3.0, 4.0], ZEROS).verdict == REPRODUCED
     # c comes after the stop: not checked, at best direction only by the unadjusted rules.
     assert c.verdict == DIRECTION_ONLY and c.holm_level is None and "stopped" in c.reason
+    assert c.reason.endswith("; the 95% interval holds 0, the mean is positive")
     assert c.p_value == pytest.approx(p_c, rel=1e-9)
 
 
@@ -74,6 +77,17 @@ def test_holm_reproduces_every_claim_that_clears_its_level() -> None:
                           (_claim("c"), [3.0, 4.0, 5.0], ZEROS)])
     assert [v.verdict for v in verdicts] == [REPRODUCED] * 3
     assert [v.holm_level for v in verdicts] == pytest.approx([1 - 0.05 / 3, 1 - 0.05 / 2, 0.95])
+
+
+def test_after_holms_stop_a_reversal_is_contradicted_by_its_95_percent_interval() -> None:
+    # a (p 0.0033) passes at 1 - 0.05 / 3; b = 2, 3, 4 (p 0.0351) stops Holm at 97.5%; s = -1.6, -2.6, -3.6
+    # (mean -2.6, std 1: p 0.0460) comes after the stop, and its 95% interval -2.6 + 2.484 < 0 lies below 0.
+    assert _p(3, 1) < _p(-2.6, 1) < 0.05 and -2.6 + _half(0.95, 1) < 0
+    a, b, s = judge_all([(_claim("a"), [9.0, 10.0, 11.0], ZEROS), (_claim("b"), [2.0, 3.0, 4.0], ZEROS),
+                         (_claim("s"), [-1.6, -2.6, -3.6], ZEROS)])
+    assert (a.verdict, b.verdict) == (REPRODUCED, DIRECTION_ONLY)
+    assert s.verdict == CONTRADICTED and s.holm_level is None
+    assert s.reason == "Holm's procedure stopped at a claim ranked before it; the 95% interval lies below 0"
 
 
 def test_a_significant_reversal_is_a_rejection_and_holm_goes_on() -> None:

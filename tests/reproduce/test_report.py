@@ -50,7 +50,8 @@ def test_the_report_reads_in_a_reviewers_order() -> None:
     report = _report(_verdicts(), results)
     order = ["## Reviewer's checklist", "**Settings that differ from the paper**", "small: 10 rounds instead of 100.",
              "**Tuning budget per method**", "**Seeds:** 0, 1, 2 (3 seeds)", "**Not run here:**",
-             "Table 2's Big setting (hours per run).", "**Verdict rule:**",
+             "Table 2's Big setting (hours per run).",
+             "- 1 of the paper's claims: their settings or methods do not run at scale `small`", "**Verdict rule:**",
              "**Verdicts on the paper's 4 claims:** 1 reproduced, 0 direction only, 1 inconclusive, 0 contradicted,"
              " 1 not testable under this reading, 1 not run at this scale. 1 comparison the paper does not make:"
              " listed apart, not counted.",
