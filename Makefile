@@ -16,6 +16,8 @@ TUNE_ON := $(filter-out 0,$(TUNE))
 TUNE_OFF := $(filter 0,$(TUNE))
 PAPER ?= fedfa
 SCALE ?= small
+# reproduce's seeds: SEEDS where the user sets it (command line or environment), else 5 (SEEDS ?= 3 is compare's).
+REPRODUCE_SEEDS = $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS),5)
 
 .PHONY: train test tensorboard compare tempo stragglers robust bench data clean-venv reproduce
 
@@ -69,13 +71,14 @@ tempo: $(STAMP)
 		Tempo=configs/tempo_synthetic.yaml FedAdp-E4=configs/fedadp_e4_hierarchy_synthetic.yaml \
 		FedAdp-E6=configs/fedadp_e6_hierarchy_synthetic.yaml FedAdp-E8=configs/fedadp_e8_hierarchy_synthetic.yaml
 
-## reproduce: a seed paper's headline experiment (PAPER=fedfa|igfl|dwfed|tempo|pfedme) over SEEDS seeds at SCALE=small
+## reproduce: a seed paper's headline experiment (PAPER=fedfa|igfl|dwfed|tempo|pfedme) over SEEDS seeds (default 5
+## here, whatever the default of the other targets) at SCALE=small
 ## (minutes on a laptop CPU) or paper (the paper's setting): the paper's numbers beside ours and a verdict per claim
 ## in docs/reproduction/$(PAPER).md; runs in $(LOGS)/reproduce/$(PAPER)_$(SCALE) (finished runs are kept); JOBS as for
 ## compare; the baselines are tuned on the validation splits first, TUNE=0 runs every method at its config's values
 ## (in $(PAPER)_$(SCALE)_untuned; docs/experiments.md, "Reproducing the papers")
 reproduce: $(STAMP)
-	$(PY) -m lightning_fl.reproduce --paper $(PAPER) --seeds $(SEEDS) --scale $(SCALE) \
+	$(PY) -m lightning_fl.reproduce --paper $(PAPER) --seeds $(REPRODUCE_SEEDS) --scale $(SCALE) \
 		--save-dir $(LOGS)/reproduce/$(PAPER)_$(SCALE)$(if $(TUNE_OFF),_untuned) $(if $(JOBS),--jobs $(JOBS)) \
 		$(if $(TUNE_OFF),--no-tune)
 
