@@ -223,6 +223,16 @@ def test_distance_is_a_recorded_hyperparameter_not_state():
     saved = {"callbacks.DWFed": describe(default.init_args)}
     assert changed_fields(saved, {"callbacks.DWFed": describe(wasserstein.init_args)}) == [
         "callbacks.DWFed.distance: checkpoint 'l1' vs config 'wasserstein'"]
+    # A checkpoint written before the option existed ran the L1 reading: it resumes under the default and
+    # is named under the other reading.
+    from lightning_fl.simulation.resume_check import implied_defaults
+
+    older = {"callbacks.DWFed": {k: v for k, v in describe(default.init_args).items() if k != "distance"}}
+    assert changed_fields(older, {"callbacks.DWFed": describe(default.init_args)}, implied_defaults([default])) == []
+    assert changed_fields(older, {"callbacks.DWFed": describe(wasserstein.init_args)}, implied_defaults([wasserstein])) == [
+        "callbacks.DWFed.distance: checkpoint 'l1' vs config 'wasserstein'"]
+    assert changed_fields(older, {"callbacks.DWFed": describe(default.init_args)}) == [
+        "callbacks.DWFed.distance: checkpoint 'absent' vs config 'l1'"]
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
