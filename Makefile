@@ -37,9 +37,10 @@ TEST_ARGS ?=
 test: $(STAMP)
 	$(PY) -m pytest -q -n auto --dist loadscope $(TEST_ARGS)
 
-## tensorboard: open the logs of every run
+## tensorboard: open the logs of every run; prints the address that opens Time Series on the fairness statistics
+## (test/<metric>_mean, _worst20, _best20, _var pinned above the other cards)
 tensorboard: $(STAMP)
-	$(VENV)/bin/tensorboard --logdir $(LOGS)
+	$(PY) -m lightning_fl.apps.tensorboard --logdir $(LOGS)
 
 ## compare: METHODS (name=config pairs; default FedAvg, FedProx, q-FFL, FedFa-mo and FedFa) on one dataset
 ## (DATA=synthetic_0_0|synthetic_0.5_0.5|synthetic_1_1|synthetic_iid|digits|fmnist; fmnist needs `make data`) over
