@@ -19,6 +19,8 @@ TUNE_ON := $(filter-out 0,$(TUNE))
 TUNE_OFF := $(filter 0,$(TUNE))
 PAPER ?= fedfa
 SCALE ?= small
+# reproduce's seeds: SEEDS where the user sets it (command line or environment), else 5 (SEEDS ?= 3 is compare's).
+REPRODUCE_SEEDS = $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS),5)
 
 .PHONY: train test tensorboard compare tempo tune stragglers robust bench data clean-venv reproduce
 
@@ -38,9 +40,10 @@ TEST_ARGS ?=
 test: $(STAMP)
 	$(PY) -m pytest -q -n auto --dist loadscope $(TEST_ARGS)
 
-## tensorboard: open the logs of every run
+## tensorboard: open the logs of every run; prints the address that opens Time Series on the fairness statistics
+## (test/<metric>_mean, _worst20, _best20, _var pinned above the other cards)
 tensorboard: $(STAMP)
-	$(VENV)/bin/tensorboard --logdir $(LOGS)
+	$(PY) -m lightning_fl.apps.tensorboard --logdir $(LOGS)
 
 ## compare: METHODS (name=config pairs; default FedAvg, FedProx, q-FFL, FedFa-mo and FedFa) on one dataset
 ## (DATA=synthetic_0_0|synthetic_0.5_0.5|synthetic_1_1|synthetic_iid|digits|fmnist; fmnist needs `make data`) over
@@ -83,7 +86,8 @@ tempo: $(STAMP)
 		$(if $(TRIALS),--tune-trials $(TRIALS)) Tempo=configs/tempo_synthetic.yaml FedAdp-E4=configs/fedadp_e4_hierarchy_synthetic.yaml \
 		FedAdp-E6=configs/fedadp_e6_hierarchy_synthetic.yaml FedAdp-E8=configs/fedadp_e8_hierarchy_synthetic.yaml
 
-## reproduce: a seed paper's headline experiment (PAPER=fedfa|igfl|dwfed|tempo|pfedme) over SEEDS seeds at SCALE=small
+## reproduce: a seed paper's headline experiment (PAPER=fedfa|igfl|dwfed|tempo|pfedme) over SEEDS seeds (default 5
+## here, whatever the default of the other targets) at SCALE=small
 ## (minutes on a laptop CPU) or paper (the paper's setting): the paper's numbers beside ours and a verdict per claim
 ## in docs/reproduction/$(PAPER).md; runs in $(LOGS)/reproduce/$(PAPER)_$(SCALE) (finished runs are kept); JOBS as for
 ## compare; at SCALE=small every method is tuned with the same budget on the validation splits first (TRIALS per
@@ -91,7 +95,7 @@ tempo: $(STAMP)
 ## paper's settings run as printed, TUNE=1 tunes (in $(PAPER)_paper_tuned; docs/experiments.md, "Reproducing the papers")
 REPRODUCE_TUNED := $(if $(TUNE_OFF),_untuned,$(if $(and $(TUNE_ON),$(filter-out small,$(SCALE))),_tuned))
 reproduce: $(STAMP)
-	$(PY) -m lightning_fl.reproduce --paper $(PAPER) --seeds $(SEEDS) --scale $(SCALE) \
+	$(PY) -m lightning_fl.reproduce --paper $(PAPER) --seeds $(REPRODUCE_SEEDS) --scale $(SCALE) \
 		--save-dir $(LOGS)/reproduce/$(PAPER)_$(SCALE)$(REPRODUCE_TUNED) $(if $(JOBS),--jobs $(JOBS)) \
 		$(if $(TUNE_OFF),--no-tune) $(if $(TUNE_ON),--tune) $(if $(TRIALS),--trials $(TRIALS))
 

@@ -91,8 +91,11 @@ class FairnessMetrics(FederatedCallback):
     per-client metric the client module logs in its ``validation_step``/``test_step`` (its stage prefix
     ``val/``, ``test/`` dropped: ``val/mse`` and ``test/mse`` are ``mse``), with its direction:
     ``{stage}/<metric>_mean``, ``_weighted``, ``_worst20``, ``_best20``, ``_var`` (the metric's units
-    squared), ``_std``, ``_min``, ``_max`` and ``_jain`` (:func:`~lightning_fl.functional.value_fairness.value_fairness`);
-    the worst 20% of a lower-is-better metric are its highest values. The table and both summary files
+    squared; a logged ``acc`` is a fraction and its ``_var``/``_std`` are in percent units like the
+    built-in ``acc_var``), ``_std``, ``_min``, ``_max`` and ``_jain`` (:func:`~lightning_fl.functional.value_fairness.value_fairness`);
+    the worst 20% of a lower-is-better metric are its highest values, and a histogram of the per-client
+    values is logged as ``{stage}/client_<metric>`` (every ``histogram_every`` evaluations, like the
+    accuracy's). The table and both summary files
     name the metric and direction. A classifier's accuracy statistics are logged beside it as before
     (the rounds rules still choose on them); ``acc`` (the default) is the argmax accuracy of the
     classifier pass, ``loss`` its mean cross-entropy unless the module logs a ``loss`` of its own.
@@ -206,6 +209,8 @@ class FairnessMetrics(FederatedCallback):
             values, total = values[counted], total[counted]
         values = torch.where(total > 0, values, torch.full_like(values, float("nan")))
         statistics = value_fairness(values, higher_is_better, weights=total)
+        if name == "acc":  # a module's own accuracy (a fraction): spread in percent units, as the built-in acc_var
+            statistics["var"], statistics["std"] = 1e4 * statistics["var"], 100.0 * statistics["std"]
         return {f"{name}_{key}": value for key, value in statistics.items()}
 
     @override
@@ -232,6 +237,11 @@ class FairnessMetrics(FederatedCallback):
         headline = f"{stage}/acc_mean" if not declared else f"{stage}/{name}_mean"
         log.log_scalars({f"{stage}/{k}": v for k, v in metrics.items()}, prog_bar=(headline,))
         self.history.append({"stage": stage, "round": evaluation.round_number, **metrics})
+        histogram_now = (sum(1 for row in self.history if row["stage"] == stage) - 1) % self.histogram_every == 0
+        if declared and histogram_now:  # the declared metric's spread over clients, as the accuracy's below
+            values = evaluation.metric(name)
+            values = values if evaluation.counted is None else values[evaluation.counted]
+            log.log_histogram(f"{stage}/client_{name}", values[~values.isnan()])
         if not accuracy:  # the accuracy histogram and client_accuracy.csv need an accuracy
             return
         accuracies = client_accuracies(evaluation.correct, evaluation.total)
@@ -239,8 +249,7 @@ class FairnessMetrics(FederatedCallback):
             append_client_rows(Path(log.outputs.directory) / "client_accuracy.csv", evaluation.round_number, stage,
                                accuracies, evaluation.total, first_of_stage=stage not in self._client_rows_stages)
             self._client_rows_stages.add(stage)
-        evaluations = sum(1 for row in self.history if row["stage"] == stage)
-        if (evaluations - 1) % self.histogram_every == 0:
+        if histogram_now:
             shown = accuracies if evaluation.counted is None else accuracies[evaluation.counted]
             log.log_histogram(f"{stage}/client_acc", shown[~shown.isnan()])
             log.log_figure(f"{stage}/client_acc_figure", accuracy_histogram_figure(shown, evaluation.round_number))
@@ -281,19 +290,19 @@ class FairnessMetrics(FederatedCallback):
     def _optimistic(self, trainer: pl.Trainer, final: int) -> str:
         """``paper_compat: max_test`` after ``fit``: log the best-on-test statistics as ``test_optimistic/*``
         (never ``test/*``) at the final round; returns the line under the table."""
-        statistics, used = optimistic(self.history, self._protocol)
+        statistics, used = optimistic(self.history, self._protocol, *self._metric)
         scalars = {f"{OPTIMISTIC_PREFIX}/{key}": value for key, value in statistics.items()}
         scalars[f"{OPTIMISTIC_PREFIX}/round"] = float(used[0])
         RoundLogger(trainer.loggers, final).log_scalars(scalars)
         for tag, value in scalars.items():
             trainer.callback_metrics[tag] = torch.tensor(value)
-        return optimistic_note(self._protocol, statistics, used)
+        return optimistic_note(self._protocol, statistics, used, *self._metric)
 
     def _reported(self, trainer: pl.Trainer, row: dict[str, float]) -> tuple[dict[str, float], str, str]:
         """After ``fit``: the row under the declared ``rounds`` rule, the title's rounds phrase, the notes."""
         protocol, final = self._protocol, row["round"]
         try:
-            statistics, used = reported(self.history, protocol)
+            statistics, used = reported(self.history, protocol, *self._metric)
         except ValueError as err:  # e.g. best_val with a NaN monitor at every evaluation: still write the table
             rank_zero_warn(f"model.eval.rounds {protocol.rounds} could not be applied ({err}); the table reports the"
                            " last evaluation")
@@ -301,7 +310,7 @@ class FairnessMetrics(FederatedCallback):
             phrase = f"after {final} round{'' if final == 1 else 's'} (the last evaluation: rounds={protocol.rounds}"
             phrase += " could not be applied)"
         else:
-            phrase = rounds_phrase(protocol, used, final)
+            phrase = rounds_phrase(protocol, used, final, *self._metric)
         note = ""
         if protocol.paper_compat == "max_test":
             try:

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 import torchmetrics
 import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lightning_fl.callbacks import FairnessMetrics, FedAvg
 from lightning_fl.datamodules import (FederatedData, FederatedDataModule, ShakespeareDataModule, SyntheticDataModule,
@@ -71,7 +72,7 @@ def _weights(tmp_path: Path, run: str = "run", rounds: int = 2) -> dict[str, tor
 def _reported(tmp_path: Path, metric: str) -> dict[str, float]:
     rows = list(csv.DictReader((tmp_path / "run" / "version_0" / "fairness_history.csv").open()))
     test = [row for row in rows if row["stage"] == "test"][-1]
-    return {key: float(test[f"{metric}_{key}"]) for key in ("mean", "min", "max")}
+    return {key: float(test[f"{metric}_{key}"]) for key in ("mean", "min", "max", "var")}
 
 
 def _per_client_test(module: torch.nn.Module, datamodule, score) -> torch.Tensor:
@@ -87,6 +88,10 @@ def _check_reported(tmp_path: Path, metric: str, per_client: torch.Tensor) -> No
     assert reported["mean"] == pytest.approx(float(per_client.mean()), rel=1e-5)
     assert reported["min"] == pytest.approx(float(per_client.min()), rel=1e-5)
     assert reported["max"] == pytest.approx(float(per_client.max()), rel=1e-5)
+    # Population variance; a module's own accuracy (a fraction) in percent^2, as the built-in acc_var and
+    # FedFa's Table 2, so the Variance column means one thing for every classifier.
+    scale = 100.0 ** 2 if metric == "acc" else 1.0
+    assert reported["var"] == pytest.approx(scale * float(per_client.double().var(unbiased=False)), rel=1e-5)
 
 
 def test_regression_data_has_float_targets_and_no_labels() -> None:
@@ -117,7 +122,13 @@ def test_regression_reports_each_clients_mse(tmp_path, engine) -> None:
     module = LinearRegression(in_features=10)
     module.load_state_dict(_weights(tmp_path))
     datamodule = SyntheticRegressionDataModule(num_clients=5, samples_per_client=60, num_features=10)
-    _check_reported(tmp_path, "mse", _per_client_test(module, datamodule, lambda p, y: ((p - y) ** 2).mean()))
+    per_client = _per_client_test(module, datamodule, lambda p, y: ((p - y) ** 2).mean())
+    _check_reported(tmp_path, "mse", per_client)
+    # TensorBoard shows the declared metric's spread over the clients as a histogram per evaluation.
+    events = EventAccumulator(str(tmp_path / "run" / "version_0"), size_guidance={"histograms": 0})
+    last = events.Reload().Histograms("test/client_mse")[-1].histogram_value
+    assert (last.num, last.min, last.max) == (5, pytest.approx(float(per_client.min()), rel=1e-5),
+                                              pytest.approx(float(per_client.max()), rel=1e-5))
 
 
 def test_smoothed_classifier_reports_each_clients_accuracy(tmp_path) -> None:

@@ -1,10 +1,7 @@
-"""Statistics across seeds: mean, sample standard deviation and a Student t confidence interval.
+"""Statistics across seeds: mean, sample standard deviation, Student t intervals and one-sample t tests.
 
-No scipy: the two-sided 95% quantile ``t_{0.975, df}`` comes from a table for ``df = 1..30`` (the
-values of any statistics textbook, to four decimals) and, beyond it, from the normal quantile with
-the Cornish-Fisher expansion of the t distribution (Abramowitz & Stegun 26.7.5), which is within
-``1e-4`` of the exact value from ``df = 30`` on and tends to the normal's 1.96 as ``df`` grows.
-See docs/experiments.md, "Statistics".
+The quantiles and p-values of Student's t distribution come from :mod:`scipy.stats` (the reference
+implementation, exact to double precision for every ``df``). See docs/experiments.md, "Statistics".
 """
 
 from __future__ import annotations
@@ -15,45 +12,74 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats as scipy_stats
 
-__all__ = ["Stats", "aggregate", "seed_bands", "stats", "t_quantile_975", "tail_means"]
+__all__ = ["Stats", "aggregate", "seed_bands", "stats", "t_pvalue", "t_quantile", "t_quantile_975", "tail_means"]
 
-#: ``t_{0.975, df}`` for ``df = 1..30`` (index ``df - 1``).
-T_975: tuple[float, ...] = (
-    12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
-    2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
-    2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423,
-)
-#: The standard normal's 0.975 quantile.
-Z_975 = 1.959963984540054
+
+def t_quantile(level: float, df: int) -> float:
+    """The ``level`` quantile of Student's t with ``df`` degrees of freedom.
+
+    Args:
+        level: Probability in ``(0, 1)``; a two-sided interval at confidence ``1 - alpha`` uses
+            ``level = 1 - alpha / 2``.
+        df: Degrees of freedom, ``>= 1`` (``n - 1`` for ``n`` seeds).
+
+    Returns:
+        ``t_{level, df}``.
+
+    Raises:
+        ValueError: If ``df < 1`` or ``level`` is outside ``(0, 1)``.
+
+    Example:
+        >>> round(t_quantile(0.975, 2), 4), round(t_quantile(0.995, 4), 4)
+        (4.3027, 4.6041)
+    """
+    if df < 1:
+        raise ValueError(f"df must be >= 1; got {df}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1); got {level}")
+    return float(scipy_stats.t.ppf(level, df))
 
 
 def t_quantile_975(df: int) -> float:
     """The 0.975 quantile of Student's t with ``df`` degrees of freedom (two-sided 95% intervals).
 
-    Args:
-        df: Degrees of freedom, ``>= 1`` (``n - 1`` for ``n`` seeds).
-
-    Returns:
-        ``t_{0.975, df}``: the table value for ``df <= 30``, else the Cornish-Fisher expansion around
-        the normal quantile ``z``: ``z + g1/df + g2/df^2 + g3/df^3`` (Abramowitz & Stegun 26.7.5).
-
     Raises:
         ValueError: If ``df < 1``.
 
     Example:
-        >>> t_quantile_975(2), round(t_quantile_975(120), 3)
+        >>> round(t_quantile_975(2), 4), round(t_quantile_975(120), 3)
         (4.3027, 1.98)
     """
-    if df < 1:
-        raise ValueError(f"df must be >= 1; got {df}")
-    if df <= len(T_975):
-        return T_975[df - 1]
-    z = Z_975
-    g1 = (z**3 + z) / 4
-    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
-    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
-    return z + g1 / df + g2 / df**2 + g3 / df**3
+    return t_quantile(0.975, df)
+
+
+def t_pvalue(values: Sequence[float]) -> float:
+    """The two-sided p-value of the one-sample t test of mean 0 (``t = mean / (std / sqrt(n))``).
+
+    Args:
+        values: At least two values (one per seed).
+
+    Returns:
+        ``P(|T_{n-1}| >= |t|)``; 1.0 when every value is 0 (no evidence), 0.0 when they are all equal
+        and not 0 (no spread: the sign is certain).
+
+    Raises:
+        ValueError: With fewer than two values (no spread estimate, no test).
+
+    Example:
+        >>> round(t_pvalue([1.0, 2.0, 3.0]), 4)  # t = 2 / (1 / sqrt(3)) = 3.4641 on 2 df
+        0.0742
+    """
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size < 2:
+        raise ValueError(f"a t test needs at least two values; got {arr.size}")
+    mean, std = float(arr.mean()), float(arr.std(ddof=1))
+    if std == 0.0:
+        return 1.0 if mean == 0.0 else 0.0
+    t = mean / (std / math.sqrt(arr.size))
+    return float(2.0 * scipy_stats.t.sf(abs(t), arr.size - 1))
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,19 @@
 
 ``P`` is the normalised sum of *all* clients' label histograms (the server learns the histograms: a
 documented privacy trade-off, as in the paper); ``D_k = sum_c |p_k(c) - P(c)|`` (EMD, L1 form,
-eq. 7; computed by :func:`lightning_fl.functional.label_stats.emd_to_population`);
+eq. 7; computed by :func:`lightning_fl.functional.label_stats.emd_to_population`), or, with
+``distance="wasserstein"``, ``D_k = sum_{c=0}^{C-2} |F_k(c) - F_P(c)|`` over the cumulative
+distributions (the order-dependent reading of eq. 7;
+:func:`lightning_fl.functional.label_stats.wasserstein_to_population`);
 ``ISH_k = (1 - eta_ish D_k / K) / (1 + D_k)`` with ``K`` the cohort size; ``ISH_k`` is clamped at 0;
 ``alpha_k = ISH_k / sum ISH``; ``w^{t+1} = sum_k alpha_k y_k``.
 
 Defaults and readings documented here:
 
+- ``distance = "l1"`` is the default. The paper remarks that the EMD depends on the order of the labels,
+  which only an order-dependent distance does: ``"wasserstein"`` is that reading. On equal-size 1-class
+  and 2-class shards every client has the same L1 distance (DWFed is FedAvg there) while the
+  Wasserstein distances differ.
 - ``eta_ish = 1`` gives eq. 12 (default); the algorithm box's variant is ``eta_ish = client lr``.
 - ``weight_by_samples`` (off by default): pass ``num_samples`` and ``ISH_k`` is multiplied by ``n_k``
   before normalising.
@@ -23,27 +30,54 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lightning_fl.functional.label_stats import emd_to_population
+from lightning_fl.functional.label_stats import emd_to_population, wasserstein_to_population
 from lightning_fl.functional.weights import as_float_like, normalize_weights
 
-__all__ = ["cohort_emd", "ish_weights", "model_divergence"]
+__all__ = ["DISTANCES", "cohort_emd", "distance_to_population", "ish_weights", "model_divergence"]
+
+#: The readings of eq. 7: the L1 form (default) and the 1-D Wasserstein distance over label indices.
+DISTANCES = ("l1", "wasserstein")
 
 
-def cohort_emd(label_histograms: Tensor, cohort: Tensor) -> Tensor:
+def distance_to_population(label_histograms: Tensor, distance: str = "l1") -> Tensor:
+    """``(N,)`` float64 ``D_k`` of every client to the population under one reading of eq. 7.
+
+    Args:
+        label_histograms: ``(N, C)`` label counts of every client.
+        distance: ``"l1"`` (``sum_c |p_k(c) - P(c)|``) or ``"wasserstein"``
+            (``sum_{c=0}^{C-2} |F_k(c) - F_P(c)|``).
+
+    Raises:
+        ValueError: If ``distance`` is not one of :data:`DISTANCES`.
+
+    Example:
+        >>> h = torch.tensor([[2, 0, 0], [0, 2, 0], [0, 0, 2]])  # P uniform over three classes
+        >>> distance_to_population(h, "l1"), distance_to_population(h, "wasserstein")
+        (tensor([1.3333, 1.3333, 1.3333], dtype=torch.float64), tensor([1.0000, 0.6667, 1.0000], dtype=torch.float64))
+    """
+    if distance == "l1":
+        return emd_to_population(label_histograms)
+    if distance == "wasserstein":
+        return wasserstein_to_population(label_histograms)
+    raise ValueError(f"distance must be one of {', '.join(DISTANCES)}; got {distance!r}")
+
+
+def cohort_emd(label_histograms: Tensor, cohort: Tensor, distance: str = "l1") -> Tensor:
     """``D_k`` of the cohort members against the population of *all* clients (docs/algorithms.md, DWFed).
 
     Args:
         label_histograms: ``(N, C)`` label counts of every client.
         cohort: ``(K,)`` client indices of this round's cohort.
+        distance: The reading of eq. 7 (:func:`distance_to_population`); default ``"l1"``.
 
     Returns:
-        ``(K,)`` float64 EMDs.
+        ``(K,)`` float64 distances.
 
     Example:
         >>> cohort_emd(torch.tensor([[2, 0], [0, 2]]), torch.tensor([1]))
         tensor([1.], dtype=torch.float64)
     """
-    emd = emd_to_population(label_histograms)
+    emd = distance_to_population(label_histograms, distance)
     return emd[cohort.to(device=emd.device, dtype=torch.long)]
 
 

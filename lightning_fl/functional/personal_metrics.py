@@ -190,13 +190,14 @@ def _evaluation_rounds(history: Sequence[Mapping[str, Any]]) -> list[int]:
     return [int(entry["round"]) for entry in history]
 
 
-def _first_argmax(history: Sequence[Mapping[str, Any]], split: str, monitor: str) -> int:
-    """Index of the first evaluation with the largest ``history[i][split][monitor]`` (NaN never wins)."""
+def _first_argmax(history: Sequence[Mapping[str, Any]], split: str, monitor: str, higher_is_better: bool = True) -> int:
+    """Index of the first evaluation with the best ``history[i][split][monitor]``: the largest, or the
+    smallest where lower is better (NaN never wins)."""
     best, best_value = None, -math.inf
     for i, entry in enumerate(history):
         if monitor not in entry[split]:
             raise ValueError(f"evaluation at round {entry['round']} has no {split}/{monitor}")
-        value = float(entry[split][monitor])
+        value = float(entry[split][monitor]) * (1.0 if higher_is_better else -1.0)
         if value > best_value:  # strict: a later tie does not move the choice; NaN compares False
             best, best_value = i, value
     if best is None:
@@ -205,7 +206,7 @@ def _first_argmax(history: Sequence[Mapping[str, Any]], split: str, monitor: str
 
 
 def select_rounds(history: Sequence[Mapping[str, Any]], rule: str, last_r: int = 10,
-                  monitor: str = "acc_mean") -> tuple[dict[str, float], list[int]]:
+                  monitor: str = "acc_mean", higher_is_better: bool = True) -> tuple[dict[str, float], list[int]]:
     """The test statistics a run reports under a ``rounds`` rule (docs/personalization.md, Evaluation protocol).
 
     Args:
@@ -214,7 +215,8 @@ def select_rounds(history: Sequence[Mapping[str, Any]], rule: str, last_r: int =
             last ``last_r`` evaluations, or all of them when there are fewer) or ``best_val`` (the
             test statistics at ``t*``, the first evaluation that maximises ``val[monitor]``).
         last_r: ``r`` of ``mean_last`` (``>= 1``).
-        monitor: The validation statistic ``best_val`` maximises (higher is better, e.g. ``acc_mean``).
+        monitor: The validation statistic ``best_val`` maximises (e.g. ``acc_mean``).
+        higher_is_better: ``False``: ``best_val`` minimises ``monitor`` instead (a loss, an MSE).
 
     Returns:
         ``(test statistics, rounds used)``.
@@ -238,7 +240,7 @@ def select_rounds(history: Sequence[Mapping[str, Any]], rule: str, last_r: int =
     if rule == "last":
         return {k: float(v) for k, v in history[-1]["test"].items()}, rounds[-1:]
     if rule == "best_val":
-        best = _first_argmax(history, "val", monitor)
+        best = _first_argmax(history, "val", monitor, higher_is_better)
         return {k: float(v) for k, v in history[best]["test"].items()}, [rounds[best]]
     if not (isinstance(last_r, int) and last_r >= 1):
         raise ValueError(f"last_r must be an integer >= 1, got {last_r!r}")
@@ -250,8 +252,8 @@ def select_rounds(history: Sequence[Mapping[str, Any]], rule: str, last_r: int =
     return means, rounds[-len(window):]
 
 
-def optimistic_max_test(history: Sequence[Mapping[str, Any]],
-                        monitor: str = "acc_pooled") -> tuple[dict[str, float], list[int]]:
+def optimistic_max_test(history: Sequence[Mapping[str, Any]], monitor: str = "acc_pooled",
+                        higher_is_better: bool = True) -> tuple[dict[str, float], list[int]]:
     """Test statistics at the first evaluation maximising ``test[monitor]``: ``paper_compat: max_test`` only.
 
     Selecting on the test split makes the number optimistic (it is the maximum of noisy
@@ -266,5 +268,5 @@ def optimistic_max_test(history: Sequence[Mapping[str, Any]],
         ({'acc_pooled': 0.7}, [1])
     """
     rounds = _evaluation_rounds(history)
-    best = _first_argmax(history, "test", monitor)
+    best = _first_argmax(history, "test", monitor, higher_is_better)
     return {k: float(v) for k, v in history[best]["test"].items()}, [rounds[best]]

@@ -27,10 +27,22 @@ __all__ = ["OPTIMISTIC_PREFIX", "evaluations", "monitor_of", "optimistic", "opti
 OPTIMISTIC_PREFIX = "test_optimistic"
 
 
-def monitor_of(protocol: EvalProtocol) -> str:
-    """The statistic ``best_val`` maximises on the validation splits and ``max_test`` on the test splits:
-    the headline of the declared ``weighting`` (``acc_mean`` for ``client_mean``, ``acc_pooled`` for ``pooled``)."""
-    return HEADLINE_KEYS[protocol.weighting]
+def monitor_of(protocol: EvalProtocol, metric: str = "acc") -> str:
+    """The statistic ``best_val`` optimises on the validation splits and ``max_test`` on the test splits:
+    the headline of the declared ``weighting`` (``acc_mean`` for ``client_mean``, ``acc_pooled`` for ``pooled``);
+    for a module's own metric (``FairnessMetrics.fairness_metric``) ``<metric>_mean`` or ``<metric>_weighted``.
+
+    Example:
+        >>> monitor_of(EvalProtocol(weighting="pooled")), monitor_of(EvalProtocol(), "mse")
+        ('acc_pooled', 'mse_mean')
+    """
+    if metric == "acc":
+        return HEADLINE_KEYS[protocol.weighting]
+    return f"{metric}_{'mean' if protocol.weighting == 'client_mean' else 'weighted'}"
+
+
+def _best(higher_is_better: bool) -> str:
+    return "maximising" if higher_is_better else "minimising"
 
 
 def _numbers(row: Mapping[str, Any]) -> dict[str, float]:
@@ -76,32 +88,36 @@ def evaluations(history: Iterable[Mapping[str, Any]], stage: str = "test") -> li
     return out
 
 
-def reported(history: Iterable[Mapping[str, Any]], protocol: EvalProtocol) -> tuple[dict[str, float], list[int]]:
+def reported(history: Iterable[Mapping[str, Any]], protocol: EvalProtocol, metric: str = "acc",
+             higher_is_better: bool = True) -> tuple[dict[str, float], list[int]]:
     """The test statistics a run reports under ``protocol.rounds``, and the rounds they come from.
 
     ``last``: the last evaluation; ``mean_last``: each statistic averaged over the last ``last_r``
     evaluations; ``best_val``: the statistics at ``t*``, the first evaluation maximising
-    ``val/<monitor_of(protocol)>``.
+    ``val/<monitor_of(protocol, metric)>`` (minimising it where ``higher_is_better`` is ``False``).
 
     Raises:
         ValueError: Without an evaluation, or (``best_val``) without the monitored validation statistic.
     """
-    return select_rounds(evaluations(history), protocol.rounds, protocol.last_r, monitor_of(protocol))
+    return select_rounds(evaluations(history), protocol.rounds, protocol.last_r, monitor_of(protocol, metric),
+                         higher_is_better)
 
 
-def optimistic(history: Iterable[Mapping[str, Any]], protocol: EvalProtocol) -> tuple[dict[str, float], list[int]]:
-    """``paper_compat: max_test``: the test statistics at the first evaluation maximising ``test/<monitor>``.
+def optimistic(history: Iterable[Mapping[str, Any]], protocol: EvalProtocol, metric: str = "acc",
+               higher_is_better: bool = True) -> tuple[dict[str, float], list[int]]:
+    """``paper_compat: max_test``: the test statistics at the first evaluation with the best ``test/<monitor>``.
 
     Optimistic by construction (the test split chose the round); reported as ``test_optimistic/*`` only.
     """
-    return optimistic_max_test(evaluations(history), monitor_of(protocol))
+    return optimistic_max_test(evaluations(history), monitor_of(protocol, metric), higher_is_better)
 
 
 def _rounds_list(rounds: list[int]) -> str:
     return f"round{'s' if len(rounds) != 1 else ''} {', '.join(map(str, rounds))}"
 
 
-def rounds_phrase(protocol: EvalProtocol, used: list[int], final_round: int) -> str:
+def rounds_phrase(protocol: EvalProtocol, used: list[int], final_round: int, metric: str = "acc",
+                  higher_is_better: bool = True) -> str:
     """How a table's title says which evaluations its numbers come from.
 
     Example:
@@ -117,12 +133,13 @@ def rounds_phrase(protocol: EvalProtocol, used: list[int], final_round: int) -> 
         return (f"{after}, each statistic averaged over the last {len(used)} evaluation{'s' if len(used) != 1 else ''}"
                 f" (rounds=mean_last({protocol.last_r}): {_rounds_list(used)})")
     if protocol.rounds == "best_val":
-        return (f"{after}, taken at round {used[0]} (rounds=best_val: the first evaluation maximising"
-                f" val/{monitor_of(protocol)})")
+        return (f"{after}, taken at round {used[0]} (rounds=best_val: the first evaluation"
+                f" {_best(higher_is_better)} val/{monitor_of(protocol, metric)})")
     return after
 
 
-def optimistic_note(protocol: EvalProtocol, statistics: Mapping[str, float], used: list[int]) -> str:
+def optimistic_note(protocol: EvalProtocol, statistics: Mapping[str, float], used: list[int], metric: str = "acc",
+                    higher_is_better: bool = True) -> str:
     """The line under the table for ``paper_compat: max_test``, saying the number is optimistic.
 
     Example:
@@ -130,7 +147,11 @@ def optimistic_note(protocol: EvalProtocol, statistics: Mapping[str, float], use
         ...                       {"acc_mean": 0.8, "acc_pooled": 0.825, "acc_worst20": 0.5}, [7]), end="")
         Optimistic, not a result (paper_compat: max_test; the round was chosen on the test split, the best test/acc_pooled at round 7; logged as test_optimistic/* only): Average 80.00%, Pooled 82.50%, Worst 20% 50.00%.
     """
+    if metric == "acc":
+        numbers = (f"Average {100 * statistics['acc_mean']:.2f}%, Pooled {100 * statistics['acc_pooled']:.2f}%,"
+                   f" Worst 20% {100 * statistics['acc_worst20']:.2f}%")
+    else:
+        numbers = f"Average {metric} {statistics[f'{metric}_mean']:.4g}, Worst 20% {statistics[f'{metric}_worst20']:.4g}"
     return (f"Optimistic, not a result (paper_compat: max_test; the round was chosen on the test split, the best"
-            f" test/{monitor_of(protocol)} at round {used[0]}; logged as {OPTIMISTIC_PREFIX}/* only):"
-            f" Average {100 * statistics['acc_mean']:.2f}%, Pooled {100 * statistics['acc_pooled']:.2f}%,"
-            f" Worst 20% {100 * statistics['acc_worst20']:.2f}%.\n")
+            f" test/{monitor_of(protocol, metric)} at round {used[0]}; logged as {OPTIMISTIC_PREFIX}/* only):"
+            f" {numbers}.\n")

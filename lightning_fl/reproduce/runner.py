@@ -1,6 +1,6 @@
 """Run a paper's reproduction: every setting's methods over the seeds, then the report.
 
-``make reproduce PAPER=fedfa SEEDS=3 SCALE=small`` (docs/experiments.md, "Reproducing the papers").
+``make reproduce PAPER=fedfa SEEDS=5 SCALE=small`` (docs/experiments.md, "Reproducing the papers").
 Each setting is one call of the experiment runner (:func:`~lightning_fl.experiments.grid.run_grid`):
 its runs are resumable, so an interrupted reproduction picks up where it stopped.
 """
@@ -16,7 +16,7 @@ from lightning_fl.experiments.grid import run_grid
 from lightning_fl.experiments.launcher import launch
 from lightning_fl.experiments.runs import Run
 from lightning_fl.experiments.tuning import has_validation_splits
-from lightning_fl.reproduce.claims import Verdict, judge
+from lightning_fl.reproduce.claims import Verdict, judge_all
 from lightning_fl.reproduce.paper import Paper, SettingResults, best_of_values
 from lightning_fl.reproduce.report import render_report, setting_table
 from lightning_fl.reproduce.settings import derive_config
@@ -77,7 +77,7 @@ def reproduce(paper: Paper, scale: str, seeds: Sequence[int], save_dir: Path, do
     """
     started = time.perf_counter()
     tune = tunes_by_default(scale) if tune is None else tune
-    sections, verdicts, all_values = [], [], {}
+    sections, evidence, all_values = [], [], {}
     for setting in paper.settings(scale):
         results = _run_setting(paper, setting, seeds, save_dir, jobs, tune, launcher, trials)
         values = _metric_values(paper, results, seeds)
@@ -85,7 +85,9 @@ def reproduce(paper: Paper, scale: str, seeds: Sequence[int], save_dir: Path, do
         all_values |= {(setting.name, method, key): v for (method, key), v in values.items()}
         sections.append((results, setting_table(paper, results, values)))
         for claim in (c for c in paper.claims if c.setting == setting.name and {c.ours, c.baseline} <= set(setting.reported)):
-            verdicts.append(judge(claim, values[(claim.ours, claim.metric)], values[(claim.baseline, claim.against)]))
+            evidence.append((claim, values[(claim.ours, claim.metric)], values[(claim.baseline, claim.against)]))
+    # All settings' claims at once: Holm's correction runs over the paper's whole family of claims.
+    verdicts = judge_all(evidence)
     tuned = {results.setting.name: results.tuned for results, _ in sections if results.tuned}
     # Wall time over every call of this reproduction (runs are resumable, so a later call may only report).
     timing = save_dir / "wall_time.json"

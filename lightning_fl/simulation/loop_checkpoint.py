@@ -9,7 +9,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_fl.faults.validation import ConfigError
-from lightning_fl.simulation.resume_check import changed_fields, data_digest, run_config
+from lightning_fl.simulation.resume_check import changed_fields, data_digest, implied_defaults, run_config
 from lightning_fl.state.append_log import locate_client_state
 from lightning_fl.state.client_state import checkpoint_run_dir
 
@@ -44,7 +44,7 @@ class CheckpointHooks(LightningModule):
         state = checkpoint["federated"]
         locate_client_state(checkpoint, checkpoint_run_dir(self.trainer.ckpt_path, self.run_dir))
         if "run_config" in state:
-            changes = changed_fields(state["run_config"], self._run_config())
+            changes = changed_fields(state["run_config"], self._run_config(), implied_defaults(self.federated_callbacks))
             if changes and not self.resume_despite_changes:
                 raise ConfigError(f"the checkpoint was trained under another configuration ({'; '.join(changes)}); resume"
                                   " with its settings, or set model.resume_despite_changes: true to continue anyway (the"

@@ -14,6 +14,7 @@ metrics callbacks and ``trainer.max_epochs``.
 from __future__ import annotations
 
 import hashlib
+import inspect
 from collections.abc import Iterable
 from typing import Any
 
@@ -78,9 +79,29 @@ def run_config(loop: Any, datamodule: Any, callbacks: Iterable[FederatedCallback
     return config
 
 
-def changed_fields(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """``"field: checkpoint X vs config Y"`` for every field that differs (added or removed included)."""
+def implied_defaults(callbacks: Iterable[FederatedCallback]) -> dict[str, Any]:
+    """``callbacks.<Class>.<arg>`` -> the default of every init argument of the training callbacks.
+
+    A checkpoint written before an argument existed (DWFed's ``distance``) ran what its default does
+    now (a new argument defaults to the old behaviour), so :func:`changed_fields` reads the default there.
+    """
+    implied = {}
+    for callback in callbacks:
+        if trains(callback):
+            for arg, parameter in inspect.signature(type(callback).__init__).parameters.items():
+                if parameter.default is not inspect.Parameter.empty:
+                    implied[f"callbacks.{type(callback).__name__}.{arg}"] = describe(parameter.default)
+    return implied
+
+
+def changed_fields(saved: dict[str, Any], current: dict[str, Any], implied: dict[str, Any] | None = None) -> list[str]:
+    """``"field: checkpoint X vs config Y"`` for every field that differs (added or removed included).
+
+    ``implied``: values a checkpoint that lacks a field ran with (:func:`implied_defaults`).
+    """
     saved, current = _flatten(saved, current), _flatten(current, saved)
+    saved |= {f: v for f, v in (implied or {}).items() if f not in saved and f in current
+              and f.rpartition(".")[0] in {g.rpartition(".")[0] for g in saved}}
     current = {f: v for f, v in current.items() if f in saved or f not in LATER_FIELDS}
     differ = [f for f in sorted(set(saved) | set(current), key=lambda f: (f.split(".")[0] != "model", f))
               if saved.get(f, "absent") != current.get(f, "absent")]

@@ -178,3 +178,74 @@ def test_cli_bad_hyperparameters_exit_2_with_one_line(tiny, capsys, eta_ish, mes
 def test_shipped_config_instantiates():
     _, aggregator = shipped_config("dwfed_synthetic")
     assert type(aggregator) is DWFed and aggregator.eta_ish == 1.0 and aggregator.weight_by_samples is False
+
+
+# ---------------------------------------------------------------- distance: wasserstein
+# Three classes, counts [[2, 1, 1], [0, 0, 4], [2, 2, 0]]: P = [4, 3, 5] / 12, F_P = [4/12, 7/12].
+#   D_0 = |6/12 - 4/12| + |9/12 - 7/12| = 1/3;  D_1 = 4/12 + 7/12 = 11/12;  D_2 = 2/12 + 5/12 = 7/12
+# K = 3: ISH_0 = (8/9) / (4/3) = 2/3;  ISH_1 = (25/36) / (23/12) = 25/69;  ISH_2 = (29/36) / (19/12) = 29/57
+# (L1 instead: D = [4/12, 14/12, 10/12] = [1/3, 7/6, 5/6], other weights.)
+HIST3 = torch.tensor([[2, 1, 1], [0, 0, 4], [2, 2, 0]])
+
+
+def test_wasserstein_weights_by_hand_and_logged():
+    raw = [2 / 3, 25 / 69, 29 / 57]
+    alpha = [r / sum(raw) for r in raw]
+    log = RecordingLogger()
+    got = _aggregate(DWFed(distance="wasserstein"), 0, torch.zeros(2, dtype=F64), update([0, 1, 2], Y),
+                     _federation(hist=HIST3), log=log)
+    expected = [sum(alpha[k] * Y[k][i] for k in range(3)) for i in range(2)]
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=F64), rtol=1e-12, atol=1e-12)
+    tags = {tag: values for tag, values, _ in log.histograms}
+    torch.testing.assert_close(tags["server/emd"].double(), torch.tensor([1 / 3, 11 / 12, 7 / 12], dtype=F64),
+                               rtol=1e-6, atol=0)
+    l1 = [ish(d, 3) for d in (1 / 3, 7 / 6, 5 / 6)]
+    got_l1 = _aggregate(DWFed(), 0, torch.zeros(2, dtype=F64), update([0, 1, 2], Y), _federation(hist=HIST3))
+    expected_l1 = [sum(l1[k] / sum(l1) * Y[k][i] for k in range(3)) for i in range(2)]
+    torch.testing.assert_close(got_l1, torch.tensor(expected_l1, dtype=F64), rtol=1e-12, atol=1e-12)
+
+
+def test_l1_default_is_bitwise_the_explicit_option():
+    for hist in (HIST, UNEQUAL, HIST3):
+        runs = [_aggregate(cb, 0, torch.zeros(2, dtype=F64), update([0, 1, 2], Y), _federation(hist=hist))
+                for cb in (DWFed(), DWFed(distance="l1"))]
+        assert torch.equal(*runs)
+
+
+def test_distance_is_a_recorded_hyperparameter_not_state():
+    from lightning_fl.simulation.resume_check import changed_fields
+    from lightning_fl.state.init_args import describe
+
+    default, wasserstein = DWFed(), DWFed(distance="wasserstein")
+    assert default.init_args["distance"] == "l1" and wasserstein.init_args["distance"] == "wasserstein"
+    assert wasserstein.state_dict() == {"server": {}, "clients": {}}
+    # A resume under the other reading is named by the run's configuration check.
+    saved = {"callbacks.DWFed": describe(default.init_args)}
+    assert changed_fields(saved, {"callbacks.DWFed": describe(wasserstein.init_args)}) == [
+        "callbacks.DWFed.distance: checkpoint 'l1' vs config 'wasserstein'"]
+    # A checkpoint written before the option existed ran the L1 reading: it resumes under the default and
+    # is named under the other reading.
+    from lightning_fl.simulation.resume_check import implied_defaults
+
+    older = {"callbacks.DWFed": {k: v for k, v in describe(default.init_args).items() if k != "distance"}}
+    assert changed_fields(older, {"callbacks.DWFed": describe(default.init_args)}, implied_defaults([default])) == []
+    assert changed_fields(older, {"callbacks.DWFed": describe(wasserstein.init_args)}, implied_defaults([wasserstein])) == [
+        "callbacks.DWFed.distance: checkpoint 'l1' vs config 'wasserstein'"]
+    assert changed_fields(older, {"callbacks.DWFed": describe(default.init_args)}) == [
+        "callbacks.DWFed.distance: checkpoint 'absent' vs config 'l1'"]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"distance": "emd"}, "distance must be one of l1, wasserstein; got 'emd'"),
+    ({"distance": "wasserstein", "dp_safe": True},
+     "dp_safe: DWFed's DP-safe weights use distance l1 (against the public uniform P); got distance 'wasserstein'"),
+])
+def test_bad_distance_fails_with_one_line(kwargs, message):
+    with pytest.raises(ConfigError) as err:
+        DWFed(**kwargs)
+    assert str(err.value) == message
+
+
+def test_cli_bad_distance_exits_2_with_one_line(tiny, capsys):
+    assert_cli_exits_2(tiny, capsys, {"class_path": "lightning_fl.callbacks.DWFed", "init_args": {"distance": "W1"}},
+                       "distance must be one of l1, wasserstein; got 'W1'")

@@ -22,7 +22,7 @@ from lightning_fl import callbacks as cb
 from lightning_fl.aggregation import attacks
 from lightning_fl.models import MLP, LogisticRegression
 from lightning_fl.models.examples import LinearRegression as UserLinearRegression
-from lightning_fl.models.examples import CharPerplexity
+from lightning_fl.models.examples import CharPerplexity, SmoothedClassifier
 from lightning_fl.personalization import EvalProtocol
 from lightning_fl.privacy import AdaptiveClipping, DifferentialPrivacy
 from lightning_fl.simulation.hierarchy import Hierarchy
@@ -51,19 +51,10 @@ def MLP8_BN() -> MLP:  # noqa: N802
     return MLP(60, 10, hidden=(8,), batch_norm=True)
 
 
-class PlainSmoothNet(pl.LightningModule):
-    """A plain LightningModule (issue 25): q-FFL reads its training_step's label-smoothed loss as loss_before."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(60, 8), torch.nn.Tanh(), torch.nn.Linear(8, 10))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-    def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201 - Lightning's signature
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self(x), y, label_smoothing=0.1)
+def SMOOTHED8() -> SmoothedClassifier:  # noqa: N802
+    # The shipped label-smoothed example (configs/user_modules/smoothed_classifier.yaml), with its own
+    # configure_optimizers; q-FFL reads its training_step's smoothed loss as loss_before (issue 25).
+    return SmoothedClassifier(in_features=60, num_classes=10, hidden=8)
 
 
 def LinearRegression10() -> UserLinearRegression:  # noqa: N802
@@ -100,7 +91,8 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     "Scaffold": ([cb.Scaffold()], {}),
     "FedNova": ([cb.FedNova()], {"optimizer": _momentum}),
     "QFFL": ([cb.QFFL(q=1.0)], {}),
-    "QFFL-plain": ([cb.QFFL(q=1.0)], {"client": PlainSmoothNet}),
+    "QFFL-plain": ([cb.QFFL(q=1.0), cb.FairnessMetrics(fairness_metric="acc")],
+                   {"client": SMOOTHED8, "optimizer": None}),
     "FedAdp": ([cb.FedAdp()], {}),
     "FedFa": ([cb.FedFa()], {"optimizer": _momentum}),
     "FedFaMo": ([cb.FedFaMo()], {"optimizer": _momentum}),

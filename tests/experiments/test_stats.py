@@ -1,4 +1,4 @@
-"""Statistics across seeds: t quantiles, mean/std/95% interval, the summary of a hand-written long CSV."""
+"""Statistics across seeds: t quantiles and p-values, mean/std/95% interval, the summary of a hand-written long CSV."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from lightning_fl.experiments.results import (
     summary_csv,
     summary_markdown,
 )
-from lightning_fl.experiments.stats import seed_bands, stats, t_quantile_975
+from lightning_fl.experiments.stats import seed_bands, stats, t_pvalue, t_quantile, t_quantile_975
 
 # Two-sided 95% quantiles t_{0.975, df} from a printed Student t table (3 decimals).
 TEXTBOOK = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 10: 2.228, 20: 2.086, 29: 2.045, 30: 2.042,
@@ -24,11 +24,44 @@ def test_t_quantile_matches_the_printed_table(df):
     assert t_quantile_975(df) == pytest.approx(TEXTBOOK[df], abs=6e-4)
 
 
-def test_t_quantile_beyond_the_table_tends_to_the_normal_and_rejects_df_below_one():
+def test_t_quantile_tends_to_the_normal_and_rejects_df_below_one():
     assert t_quantile_975(10**7) == pytest.approx(1.960, abs=5e-4)  # z_{0.975} = 1.95996
-    assert t_quantile_975(31) < t_quantile_975(30)  # no jump where the table ends
+    assert t_quantile_975(31) < t_quantile_975(30)
     with pytest.raises(ValueError, match="df must be >= 1"):
         t_quantile_975(0)
+    with pytest.raises(ValueError, match="level must be in"):
+        t_quantile(1.0, 3)
+
+
+# One-sided quantiles t_{level, df} at other levels, from the same printed table (3 decimals).
+OTHER_LEVELS = {(0.95, 10): 1.812, (0.99, 5): 3.365, (0.995, 4): 4.604, (0.9995, 2): 31.599, (0.9, 1): 3.078}
+
+
+@pytest.mark.parametrize("level_df", sorted(OTHER_LEVELS))
+def test_t_quantile_at_any_level_matches_the_printed_table(level_df):
+    level, df = level_df
+    assert t_quantile(level, df) == pytest.approx(OTHER_LEVELS[level_df], abs=6e-4)
+
+
+def test_t_pvalue_against_the_closed_forms_of_one_and_two_degrees_of_freedom():
+    # Two values (df 1, the Cauchy distribution): P(|T| >= t) = 1 - (2 / pi) atan(t).
+    # 1, 3: mean 2, std sqrt(2), t = 2 / (sqrt(2) / sqrt(2)) = 2.
+    assert t_pvalue([1.0, 3.0]) == pytest.approx(1 - 2 / math.pi * math.atan(2.0), rel=1e-9)
+    # Three values (df 2): P(|T| >= t) = 1 - t / sqrt(t^2 + 2). 1, 2, 3: mean 2, std 1, t = 2 sqrt(3).
+    t = 2 * math.sqrt(3)
+    assert t_pvalue([1.0, 2.0, 3.0]) == pytest.approx(1 - t / math.sqrt(t * t + 2), rel=1e-9)  # 0.0742
+    assert t_pvalue([-1.0, -2.0, -3.0]) == pytest.approx(t_pvalue([1.0, 2.0, 3.0]))  # two-sided
+    # The p-value of t = t_{0.975, 4} = 2.776 (the printed table) on 4 df is 0.05: five values with mean
+    # 2.776 / sqrt(5) and sample std 1 (deviations -1, -0.5, 0, 0.5, 1 have sample variance 2.5 / 4).
+    values = [x / math.sqrt(0.625) + 2.776 / math.sqrt(5) for x in (-1.0, -0.5, 0.0, 0.5, 1.0)]
+    assert t_pvalue(values) == pytest.approx(0.05, abs=1e-4)
+
+
+def test_t_pvalue_without_spread_or_with_one_value():
+    assert t_pvalue([0.0, 0.0, 0.0]) == 1.0  # no difference at all: no evidence
+    assert t_pvalue([2.0, 2.0]) == 0.0  # the same positive difference every time: no doubt about the sign
+    with pytest.raises(ValueError, match="at least two values"):
+        t_pvalue([1.0])
 
 
 def test_mean_std_and_interval_by_hand():
@@ -83,9 +116,9 @@ def test_summary_of_a_hand_written_long_csv(tmp_path):
     assert table.splitlines() == [
         "| Method | Seeds | Round | Average (%) | Variance |",
         "| :--- | ---: | ---: | ---: | ---: |",
-        # half-widths t_{0.975,2} = 4.3027 (4 decimals) times 10 / sqrt(3) = 24.84 and 100 / sqrt(3) = 248.42;
+        # half-widths t_{0.975,2} = 4.30265 times 10 / sqrt(3) = 24.84 and 100 / sqrt(3) = 248.41;
         # clipped to what the metric can take: a variance at 0, an accuracy to [0, 100]% (B: [-67.06, 187.06])
-        "| A | 3 | 10 | 70.00 ± 10.00 [45.16, 94.84] | 200.00 ± 100.00 [0.00, 448.42] |",
+        "| A | 3 | 10 | 70.00 ± 10.00 [45.16, 94.84] | 200.00 ± 100.00 [0.00, 448.41] |",
         "| B | 2 | 10 | 60.00 ± 14.14 [0.00, 100.00] | n/a |",
     ]
 

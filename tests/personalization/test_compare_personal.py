@@ -24,7 +24,7 @@ from tests.conftest import run_cli, tiny_config, write_config
 EVAL = {"model": "personal", "rounds": "mean_last", "last_r": 2, "unseen_fraction": 0.2,
         "on_missing_personal": "finetune", "finetune_steps": 2}
 SEEDS, LAST_R = (0, 1), 2
-T_975_DF1 = 12.7062  # two seeds: one degree of freedom
+T_975_DF1 = 12.706204736  # two seeds: one degree of freedom (t_{0.975,1} = tan(0.475 pi))
 
 
 def _config(tmp_path: Path, name: str, callback: str) -> str:

@@ -205,3 +205,11 @@ def test_optimistic_max_test_picks_the_first_best_test_round():
 def test_docstring_examples():
     result = doctest.testmod(personal_metrics, extraglobs={"torch": torch}, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_best_val_minimises_a_lower_is_better_metric_and_keeps_the_first_of_ties() -> None:
+    # val/mse_mean 3, 1, 2, 1: the lowest is at round 20 (round 40 ties it later and does not move the choice).
+    history = [{"round": r, "val": {"mse_mean": v}, "test": {"mse_mean": 10 * v}}
+               for r, v in ((10, 3.0), (20, 1.0), (30, 2.0), (40, 1.0))]
+    assert select_rounds(history, "best_val", monitor="mse_mean", higher_is_better=False) == ({"mse_mean": 10.0}, [20])
+    assert select_rounds(history, "best_val", monitor="mse_mean") == ({"mse_mean": 30.0}, [10])

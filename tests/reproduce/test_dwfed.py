@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -113,9 +114,86 @@ def test_the_added_dirichlet_partition_gives_dwfed_weights_of_its_own() -> None:
     assert weights[d.argmin()] > weights[d.argmax()]
 
 
-def test_every_claim_names_a_setting_metric_and_methods_of_each_scale() -> None:
-    for scale in ("small", "paper"):
-        settings = {s.name: s for s in PAPER.settings(scale)}
-        for claim in PAPER.claims:
-            assert {claim.ours, claim.baseline} <= set(settings[claim.setting].methods)
-            assert claim.metric in PAPER.metrics
+def test_every_claim_names_a_setting_metric_and_methods_of_the_paper_scale() -> None:
+    settings = {s.name: s for s in PAPER.settings("paper")}
+    for claim in PAPER.claims:
+        assert {claim.ours, claim.baseline} <= set(settings[claim.setting].methods)
+        assert claim.metric in PAPER.metrics
+    # Below the paper's scale a setting that does not run is named among the things not run.
+    for scale in ("small", "smoke"):
+        ran = {s.name for s in PAPER.settings(scale)}
+        not_run = " ".join(PAPER.not_run(scale))
+        assert all(name in not_run for name in set(settings) - ran)
+
+
+@pytest.mark.parametrize("scale", ["smoke", "small", "paper"])
+def test_one_primary_claim_per_setting_and_it_can_differ(scale: str) -> None:
+    for setting in PAPER.settings(scale):
+        primary = [c for c in PAPER.claims if c.setting == setting.name and c.primary
+                   and {c.ours, c.baseline} <= set(setting.methods)]
+        assert len(primary) == 1, setting.name
+        assert primary[0].ours.endswith("-W1") and not primary[0].untestable and primary[0].in_paper
+
+
+# Table 2 as printed in the paper (FedAvg, DWFed): accuracy reduction (%) and round of convergence.
+TABLE_2 = {
+    "MNIST": {"1class": ((6.16, 4.48), (74, 50)), "2class": ((2.40, 0.60), (12, 8))},
+    "Fashion-MNIST": {"1class": ((15.00, 10.21), (800, 620)), "2class": ((3.80, 1.20), (770, 560))},
+    "CIFAR-10": {"1class": ((29.39, 21.53), (910, 750)), "2class": ((5.54, 1.39), (800, 520))},
+}
+
+
+def test_every_table_2_entry_is_a_claim_under_both_readings_with_the_papers_numbers() -> None:
+    claims = {(c.setting, c.ours, c.baseline, c.metric): c for c in PAPER.claims}
+    for data, rows in TABLE_2.items():
+        setting = f"{data}, C = 0.2"
+        for partition, ((fedavg_red, dwfed_red), (fedavg_conv, dwfed_conv)) in rows.items():
+            for reading in ("L1", "W1"):
+                ours, baseline = f"DWFed-{partition}-{reading}", f"FedAvg-{partition}"
+                for metric, paper in (("reduction", (fedavg_red, dwfed_red)), ("convergence", (fedavg_conv, dwfed_conv))):
+                    claim = claims[(setting, ours, baseline, metric)]
+                    assert (claim.paper_baseline, claim.paper_ours) == paper and claim.in_paper
+                    assert claim.higher_is_better is False and claim.source == "Table 2"
+                    # Beside our rows in the results table too, for both readings.
+                    assert PAPER.paper_values[(setting, ours, metric)] == paper[1]
+                    assert PAPER.paper_values[(setting, baseline, metric)] == paper[0]
+                    # Identical runs by construction only under L1 on class-balanced data (MNIST's classes differ).
+                    assert bool(claim.untestable) == (reading == "L1" and data != "MNIST")
+    assert sum(c.source == "Table 2" for c in PAPER.claims) == 3 * 2 * 2 * 2
+
+
+def test_claims_the_paper_does_not_make_are_apart() -> None:
+    extra = [c for c in PAPER.claims if not c.in_paper]
+    assert extra and all("Dir(0.1)" in c.ours and c.paper_ours is None and not c.primary for c in extra)
+    assert all("Dir(0.1)" not in c.ours for c in PAPER.claims if c.in_paper)
+
+
+def test_the_readings_train_the_dwfed_callback_with_their_distance() -> None:
+    [setting] = PAPER.settings("smoke")
+    assert "callbacks.DWFed" not in setting.changes["FedAvg-2class"]
+    for method, distance in (("DWFed-2class-L1", "l1"), ("DWFed-2class-W1", "wasserstein")):
+        callback = setting.changes[method]["callbacks.DWFed"]
+        assert callback["class_path"] == "lightning_fl.callbacks.DWFed"
+        assert callback["init_args"]["distance"] == distance and callback["init_args"]["eta_ish"] == 1.0
+        assert setting.changes[method]["data.init_args.partition"] == setting.changes["FedAvg-2class"][
+            "data.init_args.partition"]
+
+
+def test_discussion_is_written_from_the_measured_values() -> None:
+    setting = "Fashion-MNIST, C = 0.2"
+    values = {(setting, "FedAvg-2class", "accuracy"): [80.0, 82.0], (setting, "DWFed-2class-L1", "accuracy"): [80.0, 82.0],
+              (setting, "DWFed-2class-W1", "accuracy"): [81.0, 84.0],  # +1 and +2: 1.50 above on average
+              (setting, "FedAvg-1class", "accuracy"): [60.0, 61.0], (setting, "DWFed-1class-L1", "accuracy"): [60.0, 61.5],
+              (setting, "FedAvg-2class", "reduction"): [5.0, 4.0], (setting, "DWFed-2class-W1", "reduction"): [4.0, 2.0]}
+    claim = next(c for c in PAPER.claims if c.primary and c.setting == setting)
+    verdicts = [SimpleNamespace(claim=claim, verdict="direction only")]
+    text = PAPER.discussion(verdicts, values, {})
+    assert f"{setting}, 2class: under L1 the final test accuracy equals FedAvg's in every seed (identical runs);" \
+           " under W1 it is 1.50 points above FedAvg's on average over the seeds." in text
+    assert f"{setting}, 1class: under L1 it differs from FedAvg's by up to 0.50 points." in text
+    assert "give 1 direction only (of 1)" in text
+    # Table 2's gap 3.80 - 1.20 = 2.60; ours: mean FedAvg 4.5 - mean DWFed-W1 3.0 = 1.50.
+    assert "Table 2's reduction gap is 2.60 points (FedAvg minus DWFed); ours is 1.50." in text
+    assert "not on this scale's data" in text  # 1-class L1 differs from FedAvg above
+    del values[(setting, "DWFed-1class-L1", "accuracy")]
+    assert "the measured accuracies are identical in every seed." in PAPER.discussion(verdicts, values, {})

@@ -64,3 +64,8 @@ def test_configs_follow_the_authors_settings() -> None:
         assert configs[FEDAVG]["model"]["eval"]["model"] == "global"
         hidden = configs[PFEDME]["model"]["client"]["init_args"].get("hidden")
         assert hidden == ([20] if name == DNN else None)
+
+
+def test_one_primary_claim_per_setting_pm_against_fedavg() -> None:
+    primary = [(c.setting, c.ours, c.metric, c.baseline, c.against) for c in PAPER.claims if c.primary]
+    assert primary == [(MLR, PFEDME, "pm", FEDAVG, "gm"), (DNN, PFEDME, "pm", FEDAVG, "gm")]
