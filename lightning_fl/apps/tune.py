@@ -85,7 +85,8 @@ def main(argv: Sequence[str] | None = None, launcher: Callable[[Run], float] | N
         jobs = default_jobs() if args.jobs is None else args.jobs
         if jobs < 1:
             raise ConfigError(f"--jobs must be an integer >= 1; got {jobs}")
-        result = tune(configs, args.save_dir, parse_seeds(args.seeds), args.trials, pairs(args.objective, "--objective"),
+        objectives = pairs(args.objective, "--objective")
+        result = tune(configs, args.save_dir, parse_seeds(args.seeds), args.trials, objectives,
                       args.metric, extra, jobs, max(1, default_jobs() // jobs), not args.same_data, launcher)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

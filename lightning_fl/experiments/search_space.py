@@ -68,7 +68,8 @@ SPACES: dict[str, tuple[Param, ...]] = {
     "FedProx": (_LR, Param("mu", 1e-3, 1.0, hard_low=1e-6, hard_high=100.0)),
     "QFFL": (_LR, Param("q", 0.05, 10.0, hard_low=1e-3, hard_high=100.0)),  # step L = 1/lr: the client lr
     "FedAvgM": (_LR, Param("server_lr", 0.1, 3.0, hard_low=1e-3, hard_high=30.0)),
-    **{name: (_LR, Param("lr", 1e-3, 1.0, hard_low=1e-6, hard_high=10.0)) for name in ("FedAdam", "FedYogi", "FedAdagrad")},
+    **{name: (_LR, Param("lr", 1e-3, 1.0, hard_low=1e-6, hard_high=10.0))
+       for name in ("FedAdam", "FedYogi", "FedAdagrad")},
     "FedFa": (_LR, _MOMENTUM, _SERVER_MOMENTUM),
     "FedFaMo": (_LR, _MOMENTUM, _SERVER_MOMENTUM),
     "IGFL": (_LR, Param("temperature", 0.1, 10.0, hard_low=1e-3, hard_high=1e3)),
@@ -145,7 +146,8 @@ def apply_point(data: dict[str, Any], point: Mapping[str, float], aggregation: s
         if key in OPTIMIZER_ARGS:
             data["model"]["optimizer"].setdefault("init_args", {})[OPTIMIZER_ARGS[key]] = value
             continue
-        [callback] = [c for c in data["trainer"]["callbacks"] if str(c.get("class_path", "")).endswith(f".{aggregation}")]
+        [callback] = [c for c in data["trainer"]["callbacks"]
+                      if str(c.get("class_path", "")).endswith(f".{aggregation}")]
         callback.setdefault("init_args", {})[key] = value
     return data
 
@@ -154,5 +156,6 @@ def write_point_config(config: str | Path, point: Mapping[str, float], path: Pat
     """Write ``config`` with ``point`` applied (see :func:`apply_point`) to ``path``; returns ``path``."""
     data = apply_point(_load(config), point, aggregation_of(config))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"# {config} with {point_label(point)} (written by the tuner)\n" + yaml.safe_dump(data, sort_keys=False))
+    path.write_text(f"# {config} with {point_label(point)} (written by the tuner)\n"
+                    + yaml.safe_dump(data, sort_keys=False))
     return path

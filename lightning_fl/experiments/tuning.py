@@ -126,8 +126,8 @@ def tuning_markdown(results: Mapping[str, Mapping[str, Any]], budget: str) -> st
         space = ", ".join(f"{name} {_range(*bounds)}" for name, bounds in r["space"].items())
         chosen = "nothing (no trial completed)" if r["selected"] is None else \
             f"{point_label(r['selected'])} (score {_score(r['score'])})"
-        lines.append(f"### {method}\n\nAggregation {r['aggregation'] or 'default'}; objective {r['metric']} ({direction}"
-                     f" is better); stages {r['stages']}; final space: {space}. Selected: **{chosen}**.")
+        lines.append(f"### {method}\n\nAggregation {r['aggregation'] or 'default'}; objective {r['metric']}"
+                     f" ({direction} is better); stages {r['stages']}; final space: {space}. Selected: **{chosen}**.")
         for w in r["widenings"]:
             ranges = "; ".join(f"{n} {old[0]:.3g}..{old[1]:.3g} -> {new[0]:.3g}..{new[1]:.3g}"
                                for n, (old, new) in w["ranges"].items())
@@ -135,8 +135,10 @@ def tuning_markdown(results: Mapping[str, Mapping[str, Any]], budget: str) -> st
         if r["at_edge"]:
             edge = ", ".join(f"{n} ({side})" for n, side in r["at_edge"].items())
             limit = "the limit of widenings reached" if len(r["widenings"]) >= len(r["stages"]) - 1 else "no stage left"
-            lines.append(f"**Flagged: still at the edge of its space: {edge}** ({limit}; a wider search may do better).")
-        lines += ["", "| Trial | Stage | Parameters | Seeds | Score | State |", "| ---: | ---: | :--- | :--- | ---: | :--- |"]
+            lines.append(f"**Flagged: still at the edge of its space: {edge}** ({limit}; a wider search may do"
+                         " better).")
+        lines += ["", "| Trial | Stage | Parameters | Seeds | Score | State |",
+                  "| ---: | ---: | :--- | :--- | ---: | :--- |"]
         for t in r["trials"]:
             seeds = ", ".join(f"{v:.4f}" for v in t["seed_scores"])
             state = {"pruned": f"pruned at round {t['pruned_at']}", "failed": f"failed: {t['error']}"}.get(t["state"],

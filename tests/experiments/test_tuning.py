@@ -111,7 +111,8 @@ def test_the_same_command_twice_gives_the_same_selections_and_trains_nothing_new
 
 def test_a_best_trial_at_the_edge_widens_the_space_and_the_total_stays_equal(tmp_path):
     # The optimum lr 5 lies far above the space (0.001..0.1): the best trial sits at the top edge.
-    result = _tune(tmp_path, {"FedAvg": FEDAVG}, trials=8, launcher=partial(launch, train=partial(_fake_train, optimum=5.0)))
+    far = partial(launch, train=partial(_fake_train, optimum=5.0))
+    result = _tune(tmp_path, {"FedAvg": FEDAVG}, trials=8, launcher=far)
     r = result.methods["FedAvg"]
     assert len(r["trials"]) == 8 and r["stages"] == [4, 2, 2]
     assert [w["after_stage"] for w in r["widenings"]] == [0, 1]  # both boundaries: the limit of 2
@@ -124,7 +125,8 @@ def test_a_best_trial_at_the_edge_widens_the_space_and_the_total_stays_equal(tmp
 
 def test_a_best_trial_still_at_the_edge_after_the_last_widening_is_flagged(tmp_path, monkeypatch):
     monkeypatch.setattr(tuning, "space_for", lambda config: (Param("client_lr", 1e-3, 1e-1, hard_high=1e6),))
-    result = _tune(tmp_path, {"FedAvg": FEDAVG}, trials=8, launcher=partial(launch, train=partial(_fake_train, optimum=1e5)))
+    beyond = partial(launch, train=partial(_fake_train, optimum=1e5))
+    result = _tune(tmp_path, {"FedAvg": FEDAVG}, trials=8, launcher=beyond)
     r = result.methods["FedAvg"]
     # 0.001..0.1 -> ..1 -> ..31.6 (half of 3 decades), and the best is still at the top.
     assert r["space"]["client_lr"][:2] == [0.001, pytest.approx(10 ** 1.5)] and len(r["widenings"]) == 2
@@ -139,7 +141,8 @@ def test_a_best_trial_inside_the_space_is_not_widened(tmp_path):
     assert edges(best_trial(r["trials"], True)["params"], space_for(FEDAVG)) == {}
 
 
-@pytest.mark.parametrize(("trials", "sizes"), [(6, [4, 1, 1]), (8, [4, 2, 2]), (12, [6, 3, 3]), (5, [3, 1, 1]), (3, [2, 1]), (1, [1])])
+@pytest.mark.parametrize(("trials", "sizes"), [(6, [4, 1, 1]), (8, [4, 2, 2]), (12, [6, 3, 3]), (5, [3, 1, 1]),
+                                               (3, [2, 1]), (1, [1])])
 def test_the_budget_splits_into_a_first_stage_and_at_most_two_widening_stages(trials, sizes):
     assert stage_sizes(trials) == sizes and sum(sizes) == trials
 
@@ -200,7 +203,8 @@ def _must_not_train(run: Run) -> float:
     ({"methods": {"FedAvg": FEDAVG}, "seeds": [0, 1], "reporting_seeds": [1, 2]}, "tune seeds must not be reporting"),
     ({"methods": {"FedAvg": FEDAVG}, "trials": 0}, "tune trials must be an integer >= 1; got 0"),
     ({"methods": {"FedAvg": FEDAVG}, "objectives": {"FedAvg": "val/loss"}}, "tune metric must be one of"),
-    ({"methods": {"Drop": str(CONFIGS / "stragglers" / "fedavg_drop.yaml")}}, "tune: data.init_args.val_fraction of Drop"),
+    ({"methods": {"Drop": str(CONFIGS / "stragglers" / "fedavg_drop.yaml")}},
+     "tune: data.init_args.val_fraction of Drop"),
 ])
 def test_bad_tuning_input_fails_before_training(tmp_path, kwargs, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
@@ -220,7 +224,8 @@ def test_a_trial_whose_run_fails_is_recorded_and_never_selected(tmp_path):
     def diverges_at_large_lr(run: Run) -> int:
         return 1 if run.seed == 1001 and _params(run)[0] > 0.015 else _fake_train(run, optimum=0.1)
 
-    r = _tune(tmp_path, {"FedAvg": FEDAVG}, trials=4, launcher=partial(launch, train=diverges_at_large_lr)).methods["FedAvg"]
+    result = _tune(tmp_path, {"FedAvg": FEDAVG}, trials=4, launcher=partial(launch, train=diverges_at_large_lr))
+    r = result.methods["FedAvg"]
     failed = [t for t in r["trials"] if t["state"] == "failed"]
     assert failed and all(t["params"]["client_lr"] > 0.015 and t["score"] is None for t in failed)
     assert r["selected"]["client_lr"] <= 0.015  # the fake's optimum 0.1 failed: the best of the rest

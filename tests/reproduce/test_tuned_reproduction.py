@@ -37,7 +37,8 @@ def test_every_method_is_tuned_with_the_same_budget_and_the_report_says_so(tmp_p
             " objective: val/acc_mean (FedAvg), val/acc_worst20 (FedProx)") in report
     assert "Every method was tuned, the paper's own included." in report
     assert "Selected on the validation splits: FedAvg client_lr=" in report and "; FedProx client_lr=" in report
-    assert sorted(p.name for p in (tmp_path / "s" / "tuning").glob("*/trial_*")) == ["trial_0", "trial_0", "trial_1", "trial_1"]
+    trials = sorted(p.name for p in (tmp_path / "s" / "tuning").glob("*/trial_*"))
+    assert trials == ["trial_0", "trial_0", "trial_1", "trial_1"]
 
 
 def test_a_setting_may_tune_only_some_methods_and_paper_scale_tunes_nothing(tmp_path):
@@ -52,11 +53,12 @@ def test_a_setting_may_tune_only_some_methods_and_paper_scale_tunes_nothing(tmp_
 
 def test_by_default_a_method_without_validation_splits_is_not_tuned(tmp_path):
     paper = _paper(changes={"FedAvg": {"data.init_args.val_fraction": 0.0}})
-    report, _ = reproduce(paper, "small", [0], tmp_path, None, jobs=1, trials=1, launcher=partial(launch, train=_fake_train))
+    fake = partial(launch, train=_fake_train)
+    report, _ = reproduce(paper, "small", [0], tmp_path, None, jobs=1, trials=1, launcher=fake)
     assert "keeps no validation splits; they run at the config's values): FedAvg (S)." in report
     assert [p.name for p in (tmp_path / "s" / "tuning").iterdir() if p.name != "configs"] == ["FedProx"]
     every = _paper(changes={m: {"data.init_args.val_fraction": 0.0} for m in ("FedAvg", "FedProx")})
-    report, _ = reproduce(every, "small", [0], tmp_path / "none", None, jobs=1, launcher=partial(launch, train=_fake_train))
+    report, _ = reproduce(every, "small", [0], tmp_path / "none", None, jobs=1, launcher=fake)
     assert "Hyperparameters: nothing tuned: no method here can be" in report
 
 
