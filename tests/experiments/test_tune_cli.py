@@ -76,3 +76,18 @@ def test_a_pruned_trial_stops_its_training_process(tmp_path):
     assert (tmp_path / "train.log").is_file()
     finished = Run("B", 0, tmp_path, ("-c", "import sys; sys.exit(3)"))
     assert stoppable_train(finished, threading.Event()) == 3 and sys.executable
+
+
+def test_make_compare_tune_uses_the_same_tuner_and_refuses_reporting_seeds(tmp_path, capsys):
+    from lightning_fl.apps.compare import main as compare
+
+    with pytest.raises(SystemExit) as exit_:
+        compare([f"FedAvg={FEDAVG}", "--save-dir", str(tmp_path), "--seeds", "0,1", "--tune", "--tune-seeds", "1,2"],
+                launcher=_must_not_train)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip() == ("error: tune seeds must not be reporting seeds; [1] are both (tuning"
+                                               " seeds: [1, 2])")
+    result = compare([f"FedAvg={FEDAVG}", "--save-dir", str(tmp_path), "--seeds", "1", "--rounds", "2", "--tune",
+                      "--tune-trials", "2"], launcher=partial(launch, train=_fake_train))
+    assert len(result.tuning.methods["FedAvg"]["trials"]) == 2 and "2 trials x 2 seeds (1000, 1001)" in result.report
+    assert result.configs["FedAvg"] == str(tmp_path / "tuned" / "FedAvg.yaml")
