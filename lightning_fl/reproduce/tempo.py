@@ -101,10 +101,12 @@ def _claims() -> list[Claim]:
     tau_c alone, its iterations on Dir(1) and IID, and the time over the configs' faster link.
     """
     claims = []
-    for setting, (_, _, fedadp_hours, tempo_hours) in TABLE1.items():
+    for setting in TABLE1:
         fig2 = setting == "Dir(0.1)"
-        claims.append(Claim(setting, "Tempo", "FedAdp-best", "seconds_wan", False, "Table 1", primary=True,
-                            paper_ours=3600.0 * tempo_hours, paper_baseline=3600.0 * fedadp_hours))
+        # Table 1's hours are a GPU deployment's wall time, ours a model of a scaled-down one: the numbers stand
+        # beside ours in the results (PAPER_VALUES) and the relative saving in the discussion, but the size of
+        # the gap in seconds is not comparable, so the claim is judged on its direction and interval.
+        claims.append(Claim(setting, "Tempo", "FedAdp-best", "seconds_wan", False, "Table 1", primary=True))
         for member in FEDADP:
             claims.append(Claim(setting, "Tempo", member, "rounds", False,
                                 "Fig. 2, section 4" if fig2 else "ours (Fig. 2 is Dir(0.1))", in_paper=fig2))
@@ -213,10 +215,13 @@ def _discussion(verdicts, values, tuned) -> str:
         for v in verdicts:
             if v.claim.setting == setting and v.claim.primary:
                 d = v.difference
+                best = mean(setting, "FedAdp-best", "seconds_wan")
+                _, _, fedadp_hours, tempo_hours = TABLE1[setting]
                 text += (f" Table 1's claim (Tempo faster than FedAdp at its best tau_c, per seed the least of the"
-                         f" three, a choice known only after running all three): {v.verdict}, mean saving"
-                         f" {d.mean:+.1f} s [{d.ci_low:+.1f}, {d.ci_high:+.1f}] against the paper's"
-                         f" {v.claim.paper_gap:+.0f} s (a GPU deployment's hours: the size is not comparable).")
+                         f" three, a choice known only after running all three): {v.verdict}; Tempo saves"
+                         f" {d.mean:+.1f} s [{d.ci_low:+.1f}, {d.ci_high:+.1f}]"
+                         + (f", {100 * d.mean / best:+.1f}% of FedAdp-best's time," if best else "")
+                         + f" where the paper's saves {100 * (1 - tempo_hours / fedadp_hours):.1f}%.")
         slower = [m for m in FEDADP if rounds[m] > rounds["Tempo"]]
         text += (f" Tempo needs fewer iterations than {' and '.join(slower)}." if slower
                  else " Tempo needs no fewer iterations than any fixed tau_c.")

@@ -77,7 +77,7 @@ def test_table_1_in_seconds() -> None:
         [primary] = [c for c in PAPER.claims if c.setting == setting and c.primary]
         assert (primary.ours, primary.baseline, primary.metric, primary.source) == ("Tempo", "FedAdp-best",
                                                                                     "seconds_wan", "Table 1")
-        assert (primary.paper_ours, primary.paper_baseline) == pytest.approx((tempo, fedadp))
+        assert primary.paper_gap is None  # hours of a GPU deployment: the size is not ours to compare
     # Fig. 2 / section 4: "Tempo can converge to the highest accuracy 85.37%".
     assert PAPER.paper_values[("Dir(0.1)", "Tempo", "accuracy")] == 85.37
 
