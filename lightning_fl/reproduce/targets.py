@@ -177,7 +177,8 @@ def seconds_to(target: Target, link: tuple[float, float] | None = None, metric: 
         at = int(rounds(results, method, seed))
         elapsed = read_scalars(results.log_dir(method, seed), (ELAPSED,))[ELAPSED]
         if at not in elapsed:
-            raise KeyError(f"{method}, seed {seed}: no {ELAPSED} at round {at} (the config has no CommunicationCost bandwidths)")
+            raise KeyError(f"{method}, seed {seed}: no {ELAPSED} at round {at}"
+                           " (the config has no CommunicationCost bandwidths)")
         delta = 0.0 if link is None else _link_delta(results, method, seed, link)
         return float(elapsed[at]) + at * delta
 

@@ -134,7 +134,8 @@ def _changes(rho: float, target: float | None, clients: int, size: int, subsampl
                  "init_args": {**data["init_args"]["partition"]["init_args"], "rho": rho, "size": size}}
     # The paper's target is on the global model's test accuracy; nothing is selected or stopped on it.
     target_changes = ({"callbacks.RoundsToTarget": None} if target is None else
-                      {"callbacks.RoundsToTarget.monitor": "test/acc_pooled", "callbacks.RoundsToTarget.target": target})
+                      {"callbacks.RoundsToTarget.monitor": "test/acc_pooled",
+                       "callbacks.RoundsToTarget.target": target})
     return {"data": {**data, "init_args": {**data["init_args"], "num_clients": clients, "partition": partition,
                                            "subsample": subsample}},
             "model.client": _fmnist()["model"]["client"], "model.optimizer.init_args.lr": PAPER_LR,
@@ -168,10 +169,10 @@ def _not_run(scale: str) -> list[str]:
 
 
 def _scaled_down(scale: str) -> list[str]:
-    lines = [("Time is modelled, not measured (`net/elapsed_seconds`; docs/algorithms.md, Communication"
-              f" accounting): per global iteration, the slowest institution's local steps (per local round its"
-              f" slowest client's) x {1000 * SECONDS_PER_STEP:g} ms, a declared cost of one LeNet-5 step on a"
-              " minibatch of 10 (measured on one core of a 2-core CPU: 2.7 ms at best), plus transfers over 100"
+    lines = [("Time is modelled, not measured (`net/elapsed_seconds`;"
+              " docs/algorithms.md, Communication accounting): per global iteration, the slowest institution's"
+              f" local steps (per local round its slowest client's) x {1000 * SECONDS_PER_STEP:g} ms, a declared"
+              " cost of one LeNet-5 step on a minibatch of 10 (measured on one core of a 2-core CPU: 2.7 ms at best), plus transfers over 100"
               " Mbit/s client links and the institution-server link: the configs' 10 Mbit/s and 50 ms, and a"
               f" communication-bound {WAN_MBPS:g} Mbit/s and {WAN_LATENCY_MS:g} ms like the paper's cloud server"
               " (about 4 s of transfers per global iteration; computed from the same runs). The same runs give"

@@ -63,8 +63,9 @@ def test_without_a_cost_the_measured_compute_counts() -> None:
     assert log.scalars["net/round_seconds"] == pytest.approx(2.7)
 
 
-@pytest.mark.parametrize(("kwargs", "field"), [({"client_bandwidth_mbps": 10, "seconds_per_step": 0.0}, "seconds_per_step"),
-                                               ({"seconds_per_step": 0.01}, "seconds_per_step")])
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"client_bandwidth_mbps": 10, "seconds_per_step": 0.0}, "seconds_per_step"),
+    ({"seconds_per_step": 0.01}, "seconds_per_step")])
 def test_a_bad_cost_is_refused(kwargs: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         CommunicationCost(**kwargs)
