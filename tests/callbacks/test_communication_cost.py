@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 from types import SimpleNamespace
 
 import pytest
@@ -69,3 +70,10 @@ def test_without_a_cost_the_measured_compute_counts() -> None:
 def test_a_bad_cost_is_refused(kwargs: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         CommunicationCost(**kwargs)
+
+
+def test_docstring_examples() -> None:
+    import lightning_fl.callbacks.communication_cost as module
+
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 3 and result.failed == 0

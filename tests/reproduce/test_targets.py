@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -144,3 +145,10 @@ def test_seconds_to_a_target_needs_the_time_estimate(tmp_path) -> None:
     results = _series_results(tmp_path, {"A": [0.5, 0.9]}, {"A": [1.0]})  # no elapsed time at round 2
     with pytest.raises(KeyError, match="round 2"):
         seconds_to(lambda r, s: 0.8)(results, "A", 0)
+
+
+def test_docstring_examples() -> None:
+    import lightning_fl.reproduce.targets as module
+
+    result = doctest.testmod(module)
+    assert result.attempted >= 1 and result.failed == 0
