@@ -54,7 +54,8 @@ from lightning_fl.reporting.seed_figures import client_accuracy_figure
 __all__ = ["GridResult", "run_grid"]
 
 #: Panels of ``curves.png``: metric of the long CSV -> y axis label.
-CURVES = {"test/acc_mean": "test accuracy, mean over clients", "test/acc_worst20": "test accuracy, worst 20% of clients"}
+CURVES = {"test/acc_mean": "test accuracy, mean over clients", "test/acc_worst20": "test accuracy, worst 20% of clients",
+          "test/acc_pooled": "test accuracy, pooled test set"}
 
 
 @dataclass
