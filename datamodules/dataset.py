@@ -9,6 +9,7 @@ partition and train/test streams, so the same tensors give bitwise the same fede
 from __future__ import annotations
 
 import numbers
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,7 +27,11 @@ from lightning_fl.faults.validation import ConfigError
 from lightning_fl.state.data import FederatedData, offsets_from_sizes
 from lightning_fl.state.seeding import generator_for
 
-__all__ = ["DatasetDataModule", "stack_dataset"]
+__all__ = ["DatasetDataModule", "dataset_config_error", "stack_dataset"]
+
+# jsonargparse 4.53's report on a bad ``dataset``/``test_dataset`` (pinned in requirements.lock).
+_DATASET_KEY = re.compile(r'Parser key "(dataset|test_dataset)":\n\s*(.+)(?:\n\s*(.+))?')
+_CLASS_PROBLEM = re.compile(r"Problem with given class_path '([^']+)':")
 
 
 def _describe(value: Any) -> str:
@@ -63,6 +68,26 @@ def _pair(item: Any, keys: Sequence[str] | None, field: str, index: int) -> tupl
         return item[0], item[1]
     raise ConfigError(f"{field}[{index}] returned {_describe(item)}: __getitem__ must return (x, y) of tensors or"
                       " numbers, or a mapping read at data.keys")
+
+
+def dataset_config_error(report: str) -> str | None:
+    r"""One line for jsonargparse's parse-error ``report`` when ``data.dataset``/``data.test_dataset`` is at fault.
+
+    jsonargparse checks the class path while parsing (before any of our code runs) and reports it in
+    a dozen lines; the CLI raises this line instead. ``None`` when the report is about something else.
+
+    Example:
+        >>> dataset_config_error('Parser key "data":\n  - Problem with ...:\n    Parser key "dataset":\n'
+        ...                      "      Problem with given class_path 'nope.Nope':\n        No module named 'nope'")
+        "data.dataset: class_path nope.Nope cannot be used: No module named 'nope'"
+    """
+    match = _DATASET_KEY.search(report)
+    if match is None:
+        return None
+    key, first, second = match.group(1), match.group(2).strip(), (match.group(3) or "").strip()
+    if problem := _CLASS_PROBLEM.fullmatch(first):
+        return f"data.{key}: class_path {problem.group(1)} cannot be used: {second}"
+    return f"data.{key}: {first} (a map-style torch.utils.data.Dataset, as {{class_path: ..., init_args: {{...}}}})"
 
 
 def stack_dataset(dataset: Dataset, field: str = "data.dataset", keys: Sequence[str] | None = None

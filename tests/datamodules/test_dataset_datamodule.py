@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 from lightning_fl.datamodules import DatasetDataModule, GaussianClassesDataset, PooledDataModule, stack_dataset
-from lightning_fl.datamodules.partitions import IID, Dirichlet, Partition, Shards
+from lightning_fl.datamodules.partitions import IID, Dirichlet, Shards
 from torch.utils.data import Dataset, TensorDataset
 
 from lightning_fl.faults.validation import ConfigError
@@ -88,22 +88,25 @@ def test_a_dataset_shorter_than_its_len_is_named():
         stack_dataset(Short([(torch.ones(1), 0)] * 2))
 
 
-class OffByOne(Partition):
-    """A user's partition that hands out one index too many (or a negative one)."""
+def _off_by(shift: int) -> IID:
+    """An IID partition whose draw hands out one index too many (or a negative one), like a user's buggy partition.
 
-    def __init__(self, shift: int = 1) -> None:
-        self.shift = shift
-
-    def split(self, labels, num_clients, generator):  # type: ignore[no-untyped-def]
-        n = len(labels)
-        return [torch.arange(n // 2), torch.arange(n // 2, n) + self.shift]
+    The draw is replaced on the instance: a Partition subclass defined here would be listed among the
+    partitions every configuration error names, in every later test of the session.
+    """
+    partition = IID()
+    partition.split = lambda labels, num_clients, generator: [  # type: ignore[method-assign]
+        torch.arange(len(labels) // 2), torch.arange(len(labels) // 2, len(labels)) + shift]
+    return partition
 
 
 @pytest.mark.parametrize(("shift", "bad"), [(1, 10), (-6, -1)])
 def test_partition_indices_outside_the_dataset_fail_before_anything_is_built(shift, bad):
     x, y = torch.randn(10, 2), torch.arange(10) % 2
-    for dm in (DatasetDataModule(TensorDataset(x, y), partition=OffByOne(shift), num_clients=2, test_fraction=0),
-               PooledDataModule(x, y, partition=OffByOne(shift), num_clients=2, test_fraction=0)):
+    for dm in (DatasetDataModule(TensorDataset(x, y), partition=_off_by(shift), num_clients=2, test_fraction=0),
+               PooledDataModule(x, y, partition=_off_by(shift), num_clients=2, test_fraction=0),
+               DatasetDataModule(TensorDataset(x, y), test_dataset=TensorDataset(x, y), partition=_off_by(shift),
+                                 num_clients=2)):
         with pytest.raises(ConfigError, match=rf"^partition gave client 1 index {bad}, outside the dataset's 10 samples"):
             dm.setup()
 
@@ -157,3 +160,20 @@ def test_shipped_config_builds_the_dataset_from_yaml_and_trains(tmp_path):
     config["model"]["clients_per_round"] = 2
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
     assert run_cli("fit", "--config", str(tmp_path / "run.yaml")) == 0
+
+
+@pytest.mark.parametrize(("override", "line"), [
+    (["--data.init_args.dataset.class_path", "nope.Nope"],
+     "error: data.dataset: class_path nope.Nope cannot be used: No module named 'nope'"),
+    (["--data.init_args.dataset.class_path", "torch.nn.Linear"],
+     "error: data.dataset: Import path torch.nn.Linear does not correspond to a subclass of Dataset"),
+    (["--data.init_args.dataset.init_args.num_samples", "0"],
+     "error: data.dataset.num_samples must be an integer >= 1; got 0"),
+])
+def test_a_bad_dataset_in_the_config_is_one_line_before_training(override, line, capsys):
+    code = run_cli("fit", "--config", str(REPO / "configs" / "datasets" / "any_dataset.yaml"), *override)
+    printed = capsys.readouterr()
+    assert code != 0
+    errors = [row for row in (printed.out + printed.err).splitlines() if row.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(line), printed.err[-2000:]
+    assert "Does not validate" not in printed.err  # not jsonargparse's multi-line report
