@@ -49,9 +49,14 @@ class GaussianClassesDataset(Dataset):
             check_positive(f"data.dataset.{name}", value, integer=True)
         check_non_negative("data.dataset.separation", separation)
         self.num_samples, self.num_features, self.num_classes = num_samples, num_features, num_classes
-        self.seed = seed
+        self.seed, self.separation = seed, float(separation)
         self.means = float(separation) * torch.randn(num_classes, num_features,
                                                      generator=generator_for(seed, "means"))
+
+    def __repr__(self) -> str:
+        # A value repr: a checkpoint records the data's arguments through it, so a resume with other ones is named.
+        return (f"GaussianClassesDataset(num_samples={self.num_samples}, num_features={self.num_features},"
+                f" num_classes={self.num_classes}, separation={self.separation}, seed={self.seed})")
 
     def __len__(self) -> int:
         return self.num_samples

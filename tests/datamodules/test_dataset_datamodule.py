@@ -13,6 +13,7 @@ from lightning_fl.datamodules.partitions import IID, Dirichlet, Shards
 from torch.utils.data import Dataset, TensorDataset
 
 from lightning_fl.faults.validation import ConfigError
+from lightning_fl.state.init_args import describe
 from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -177,3 +178,10 @@ def test_a_bad_dataset_in_the_config_is_one_line_before_training(override, line,
     errors = [row for row in (printed.out + printed.err).splitlines() if row.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(line), printed.err[-2000:]
     assert "Does not validate" not in printed.err  # not jsonargparse's multi-line report
+
+
+def test_a_checkpoint_records_the_example_dataset_by_its_arguments():
+    recorded = describe(DatasetDataModule(GaussianClassesDataset(num_samples=30, seed=2), num_clients=3))
+    assert recorded["dataset"] == ("GaussianClassesDataset: GaussianClassesDataset(num_samples=30, num_features=20,"
+                                   " num_classes=4, separation=1.0, seed=2)")
+    assert describe(DatasetDataModule(GaussianClassesDataset(num_samples=31, seed=2), num_clients=3)) != recorded
