@@ -130,3 +130,22 @@ def test_a_run_prints_the_subset_and_refuses_one_too_large(tiny, capsys, caplog)
     printed = capsys.readouterr()
     assert "model.eval.client_subset must be at most 6 (the number of clients" in printed.out + printed.err + caplog.text
     assert "Epoch 0" not in printed.out + printed.err  # refused before training
+
+
+def test_a_subset_client_scores_what_a_full_evaluation_gives_it():
+    # Random inputs and weights: the subset's samples are gathered into other batches, the per-client
+    # numbers are the same (loss to float rounding).
+    torch.manual_seed(0)
+    full, part, x = _evaluation(None), _evaluation(5), torch.randn(N * PER, 1)
+    for evaluation in (full, part):
+        evaluation.data.x_test = x
+        with torch.no_grad():
+            evaluation.model.linear.weight.copy_(torch.tensor([[0.3], [-0.7]]))
+            evaluation.model.linear.bias.copy_(torch.tensor([0.1, 0.2]))
+    evaluation_all, _ = full.evaluate("test", 4, None)
+    evaluation_part, _ = part.evaluate("test", 4, None)
+    ids = reference_subset(7, 4, N, 5)
+    assert torch.equal(evaluation_part[0].correct[ids], evaluation_all[0].correct[ids])
+    torch.testing.assert_close(evaluation_part[0].loss_sum[ids], evaluation_all[0].loss_sum[ids])
+    others = [k for k in range(N) if k not in ids]
+    assert evaluation_part[0].total[others].eq(0).all() and evaluation_part[0].loss_sum[others].eq(0).all()
