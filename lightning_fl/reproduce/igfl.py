@@ -182,7 +182,7 @@ def _settings(scale: str) -> list[Setting]:
         methods = _methods(SMALL_ROUNDS // 10)
         return [Setting(setting_name("Fashion-MNIST", 1), {m: BASE for m in methods},
                         {**_common(SMALL_ROUNDS, 1, 10), "data.init_args.subsample": 0.2},
-                        methods, tuned_methods=BASELINES, objectives=dict.fromkeys(methods, OBJECTIVE))]
+                        methods, objectives=dict.fromkeys(methods, OBJECTIVE))]
     datasets = {"Fashion-MNIST": {"data.init_args.subsample": 1.0}}
     if cifar10_present():
         datasets["CIFAR-10"] = {"data.init_args.subsample": 1.0,
@@ -194,7 +194,7 @@ def _settings(scale: str) -> list[Setting]:
         for epochs, rounds in _PAPER_ROUNDS.items():
             methods = _methods(rounds // 10)
             settings.append(Setting(setting_name(data, epochs), {m: BASE for m in methods},
-                                    {**_common(rounds, epochs, 100), **changes}, methods, tuned_methods=BASELINES,
+                                    {**_common(rounds, epochs, 100), **changes}, methods,
                                     objectives=dict.fromkeys(methods, OBJECTIVE)))
     return settings
 
@@ -203,12 +203,10 @@ def _scaled_down(scale: str) -> list[str]:
     data = ("Fashion-MNIST (28x28 grey images, McMahan et al.'s CNN28) in place of CIFAR-10: the paper's numbers"
             " beside ours in the Fashion-MNIST settings are CIFAR-10's, so compare the differences between methods,"
             " not the accuracies.")
-    common = [("IGFL-C, IGFL-S and IGFL use client lr 0.03 (the paper picks every method's from {0.001, 0.003, ...,"
-               " 0.3}; we select only the baselines': FedAvg's client lr from 0.003-0.1 on the validation splits, then"
-               " FedProx's mu (the paper has no FedProx) and FedAvgM's and FedAdam's server lr at that lr, each on"
-               " the validation splits' pooled accuracy; with `TUNE=0` every method uses 0.03 and FedProx mu = 0.01);"
-               " FedAvgM beta = 0.9 and FedAdam tau = 0.01"
-               " as section 5.1."),
+    common = [("Every method's client lr (and IGFL's temperature, FedProx's mu, FedAvgM's and FedAdam's server lr) is"
+               " selected on the validation splits' pooled accuracy with the same budget (the paper picks every"
+               " method's lr from {0.001, 0.003, ..., 0.3}; with `TUNE=0` every method uses 0.03 and FedProx mu ="
+               " 0.01); FedAvgM beta = 0.9 and FedAdam tau = 0.01 as section 5.1."),
               ("PerClientDirichlet(rho = 0.1, uniform prior), equal client sizes: when a class runs out, a client's"
                " shortfall comes from the classes left (each run's train.log gives the share; docs/datasets.md). The partition"
                " is drawn anew for each seed, the same for every method; 10% of each client's training images are"

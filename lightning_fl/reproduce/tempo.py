@@ -155,12 +155,12 @@ def _settings(scale: str) -> list[Setting]:
                   "callbacks.CommunicationCost.seconds_per_step": SECONDS_PER_STEP, "callbacks.RoundsToTarget": None}
         methods = {m: METHODS[m] for m in ("Tempo", "FedAdp-E4", "FedAdp-E6")}
         return [Setting("Dir(0.1)", methods, common, changes, {"FedAdp-best": ["FedAdp-E4", "FedAdp-E6"]},
-                        objectives=OBJECTIVES)]
+                        tuned_methods=(), objectives=OBJECTIVES)]
     if scale == "small":
         common = _changes(DISTRIBUTIONS["Dir(0.1)"][0], None, SMALL_CLIENTS, 100, 0.34, SMALL_ROUNDS)
-        return [Setting("Dir(0.1)", METHODS, common, changes, BEST, objectives=OBJECTIVES)]
+        return [Setting("Dir(0.1)", METHODS, common, changes, BEST, tuned_methods=(), objectives=OBJECTIVES)]
     return [Setting(name, METHODS, _changes(rho, target, 200, 600, 1.0, PAPER_ROUNDS), changes, BEST,
-                    objectives=OBJECTIVES) for name, (rho, target) in DISTRIBUTIONS.items()]
+                    tuned_methods=(), objectives=OBJECTIVES) for name, (rho, target) in DISTRIBUTIONS.items()]
 
 
 def _not_run(scale: str) -> list[str]:
