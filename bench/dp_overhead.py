@@ -1,9 +1,11 @@
 """Central DP's cost per round on J1 and J2, side by side in one run (docs/performance.md, Client-level DP).
 
 ``python -m bench.dp_overhead [--rounds 20] [--repeats 3]`` (part of ``make bench``) alternates, per job, a
-run without DP (FedAvg, ``K`` of ``N`` clients) and one with central DP (FedAvg's DP form: Poisson
-sampling at ``q = K/N``, flat L2 clipping, Gaussian noise on the sum, and ``dp/epsilon`` from the PLD
-accountant after every round), and prints the median wall time per round of each and their ratio.
+run without DP (FedAvg, ``K`` of ``N`` clients), the same without clipping or noise but with DP's Poisson
+sampling at ``q = K/N`` and fixed denominator (``noise_multiplier: 0, clip_norm: .inf``: the same cohorts as
+the DP run, whose sizes vary), and one with central DP (flat L2 clipping, Gaussian noise on the sum, and
+``dp/epsilon`` from the PLD accountant after every round), and prints the median wall time per round of
+each and their ratios to the first.
 A round's time is the wall clock between consecutive round ends (training, aggregation, the DP
 stages and the accounting; evaluation is off), the first round left out (one-off set-up).
 ``--no-accounting`` also times DP without the per-round ``dp/epsilon`` (the mechanism alone).
@@ -12,6 +14,7 @@ stages and the accounting; evaluation is off), the first round left out (one-off
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import tempfile
 import time
@@ -20,7 +23,7 @@ from collections.abc import Callable
 JOBS = ("J1", "J2")
 
 
-def round_seconds(job_name: str, rounds: int, dp: bool, accounting: bool = True) -> float:
+def round_seconds(job_name: str, rounds: int, dp: bool, accounting: bool = True, noise: bool = True) -> float:
     """The median seconds per round of ``job_name`` trained ``rounds + 1`` rounds with or without central DP."""
     import pytorch_lightning as pl
     import torch
@@ -43,7 +46,10 @@ def round_seconds(job_name: str, rounds: int, dp: bool, accounting: bool = True)
         def on_train_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
             ends.append(time.perf_counter())
 
-    privacy = DifferentialPrivacy(noise_multiplier=1.0, clip_norm=1.0, sampling="poisson") if dp else None
+    privacy = None
+    if dp:
+        privacy = DifferentialPrivacy(noise_multiplier=1.0 if noise else 0.0, clip_norm=1.0 if noise else math.inf,
+                                      sampling="poisson")
     if privacy is not None and not accounting:
         privacy.log_round = _no_log  # the mechanism alone: what the accountant adds is the difference
         privacy.on_budget = "continue"
@@ -65,7 +71,8 @@ def _no_log(log: object) -> None:
 def compare(rounds: int, repeats: int, accounting_off: bool,
             timer: Callable[..., float] = round_seconds) -> dict[str, dict[str, float]]:
     """``{job: {variant: median seconds per round}}``, the variants alternated ``repeats`` times per job."""
-    variants = {"no DP": {"dp": False}, "central DP": {"dp": True}}
+    variants = {"no DP": {"dp": False}, "Poisson, no clip/noise": {"dp": True, "noise": False},
+                "central DP": {"dp": True}}
     if accounting_off:
         variants["DP, no accounting"] = {"dp": True, "accounting": False}
     out = {}
