@@ -114,9 +114,10 @@ class DWFed(AggregationCallback):
         weight_by_samples: Multiply ``ISH_k`` by ``n_k`` before normalising. Default ``False``.
         figure_every_n_rounds: Log the weights bar chart every this many rounds (0: never). Default 1.
         dp_safe: The DP-safe variant (ours, not the paper's;
-            docs/algorithms.md, Client-level differential privacy): the public uniform ``P`` instead of one
-            built from every client's labels (or the declared ``population``), ``K := model.clients_per_round`` (the expected cohort ``qN``) and
-            ``ISH_k`` never normalised over the cohort, so ``model.dp`` sums them over a fixed denominator.
+            docs/algorithms.md, Client-level differential privacy): a public ``P`` (``population``: uniform or
+            declared) instead of one built from every client's labels, ``K := model.clients_per_round`` (the
+            expected cohort ``qN``) and ``ISH_k`` never normalised over the cohort, so ``model.dp`` sums them
+            over a fixed denominator.
             Not with ``weight_by_samples`` (``ISH_k n_k`` is unbounded). Without ``model.dp`` the cohort is
             averaged with ``ISH_k / sum ISH``. It always uses the L1 form (``distance: l1``).
         population: The DP-safe variant's public ``P``: ``uniform`` (default, ``1/C`` per label) or a file
@@ -161,7 +162,8 @@ class DWFed(AggregationCallback):
             raise ConfigError("dp_safe: DWFed's DP-safe weights use distance l1 (against the public uniform P);"
                               f" got distance {distance!r}")
         if not isinstance(population, str):
-            raise ConfigError(f"population must be '{UNIFORM}' or a path to a .json, .csv or .pt file; got {population!r}")
+            raise ConfigError(f"population must be '{UNIFORM}' or a path to a .json, .csv or .pt file;"
+                              f" got {population!r}")
         if population != UNIFORM and not dp_safe:
             raise ConfigError("population: a declared P is the DP-safe variant's (set dp_safe: true); without it DWFed"
                               " builds P from every client's labels")

@@ -244,9 +244,9 @@ def main(argv: list[str] | None = None, launcher: Callable[[Run], float] = launc
                 path.write_text(text)
             runs[cell.name] = str(path)
         extra = ["--trainer.max_epochs", str(args.rounds)] if args.rounds else []
-        n = base["data"]["init_args"]["num_clients"]
+        n, k = base["data"]["init_args"]["num_clients"], base["model"]["clients_per_round"]
         result = run_grid(runs, parse_seeds(args.seeds), args.save_dir, args.jobs, extra, launcher=launcher,
-                          title=f"Client-level DP: Synthetic(1,1), {n} clients, q = {base['model']['clients_per_round']}/{n}")
+                          title=f"Client-level DP: Synthetic(1,1), {n} clients, q = {k}/{n}")
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)

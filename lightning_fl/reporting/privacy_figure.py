@@ -52,7 +52,8 @@ def impact_panels(points: Mapping[str, Mapping[str, np.ndarray]], epsilon: float
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("test accuracy lost under DP, pp")
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"Per-client accuracy at epsilon {epsilon:g} vs without DP (same seed and client); lines: least squares")
+    fig.suptitle(f"Per-client accuracy at epsilon {epsilon:g} vs without DP (same seed and client);"
+                 " lines: least squares")
     fig.tight_layout()
     return fig
 
