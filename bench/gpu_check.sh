@@ -14,7 +14,9 @@
 #   config_errors.log  the output tail of every config that failed
 # GPU_CHECK_CPU=1 shrinks everything (20 users, cohort 4, 2 rounds, accelerator cpu) to check the
 # script itself on a machine without a GPU. GPU_CHECK_BUDGET (seconds, default 480 / 1200 on CPU) caps
-# the whole run: later steps get what is left. GPU_CHECK_ONLY=a,b runs only configs whose names contain a or b.
+# the whole run: later steps get what is left. GPU_CHECK_ONLY=a,b runs only configs whose names contain a or b;
+# GPU_CHECK_STEPS=env,configs runs only those steps (default: all); GPU_CHECK_EXTRA="--trainer.precision
+# 16-mixed" adds arguments to every config's command line.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_check_out}
@@ -63,6 +65,9 @@ echo "PYTHONPATH=$PYTHONPATH" >> "$ENV"
 step() {
   local name=$1 limit=$2 left began rc
   shift 2
+  if [ -n "${GPU_CHECK_STEPS:-}" ] && [ "$name" != summary ] && ! [[ ",$GPU_CHECK_STEPS," == *",${name%%-*},"* ]]; then
+    return
+  fi
   left=$((START + BUDGET - 20 - $(date +%s)))
   [ "$left" -lt "$limit" ] && limit=$left
   if [ "$limit" -lt 15 ]; then
@@ -90,7 +95,8 @@ for precision in $PRECISIONS; do
     --precision "$precision" --engine auto --rounds $MIXED_ROUNDS --budget 40
 done
 step configs $((CONFIG_BUDGET + 50)) env OMP_NUM_THREADS=2 $PY -m bench.gpu_configs --results "$RES" --errors "$ERR" --accelerator $ACCEL \
-  --rounds 2 --jobs $JOBS --timeout 110 --budget $CONFIG_BUDGET ${GPU_CHECK_ONLY:+--only $GPU_CHECK_ONLY}
+  --rounds 2 --jobs $JOBS --timeout 110 --budget $CONFIG_BUDGET ${GPU_CHECK_ONLY:+--only $GPU_CHECK_ONLY} \
+  ${GPU_CHECK_EXTRA:+--extra "$GPU_CHECK_EXTRA"}
 step speedups 120 $J4 speedups --results "$RES" $SIZE --rounds $SPEED_ROUNDS --budget 30
 BUDGET=$((BUDGET + 20)) step summary 30 $J4 summary --results "$RES" --out "$OUT/gpu_summary.md"
 echo "done in $(( $(date +%s) - START ))s; results in $OUT" | tee -a "$LOG"

@@ -27,9 +27,12 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("configs", "configs/robust", "configs/stragglers", "configs/experiments")
+FOLDERS = ("configs", "configs/robust", "configs/stragglers", "configs/experiments", "configs/personalization",
+           "configs/user_modules", "configs/privacy")
 #: Data modules that need no file: generated, or bundled with an installed package.
-BUILT_IN = ("SyntheticDataModule", "PooledSyntheticDataModule", "DigitsDataModule")
+BUILT_IN = ("SyntheticDataModule", "PooledSyntheticDataModule", "DigitsDataModule", "SyntheticRegressionDataModule")
+#: Data modules whose files ``make data`` puts in ``data/`` (run where that folder travelled with the tree).
+FILES = {"ShakespeareDataModule": "shakespeare", "FashionMNISTDataModule": "fashion-mnist"}
 _lock = threading.Lock()
 
 
@@ -44,7 +47,8 @@ def shipped_configs() -> list[tuple[Path, str | None]]:
                 out.append((path, f"unreadable YAML: {err}"))
                 continue
             name = str(data.get("class_path", "")).rsplit(".", 1)[-1] if isinstance(data, dict) else ""
-            out.append((path, None if name in BUILT_IN else f"needs a download ({name or 'no data class'})"))
+            present = name in FILES and (ROOT / "data" / FILES[name]).is_dir()
+            out.append((path, None if name in BUILT_IN or present else f"needs a download ({name or 'no data class'})"))
     return out
 
 
@@ -59,9 +63,11 @@ def run_one(config: Path, args: argparse.Namespace, deadline: float) -> dict:
         return {"step": "configs", "config": str(config.relative_to(ROOT)), "ok": None, "skipped": "no time left"}
     command = [sys.executable, "-m", "lightning_fl", "fit", "--config", str(config),
                "--trainer.max_epochs", str(args.rounds), "--trainer.accelerator", args.accelerator,
-               "--trainer.devices", "1", "--trainer.enable_progress_bar", "false"]
+               "--trainer.devices", "1", "--trainer.enable_progress_bar", "false", *args.extra.split()]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as cwd:
+        if (ROOT / "data").is_dir():  # configs name data/ relative to where they run
+            os.symlink(ROOT / "data", Path(cwd) / "data")
         try:
             done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=args.timeout,
                                   env=os.environ.copy())
@@ -74,7 +80,7 @@ def run_one(config: Path, args: argparse.Namespace, deadline: float) -> dict:
     engine = re.findall(r"Client engine: (\w+)", output) or re.findall(r"engine (\w+)\s*$", output, re.M)
     record = {"step": "configs", "config": str(config.relative_to(ROOT)), "ok": rc == 0, "rc": rc,
               "seconds": round(seconds, 1), "engine": engine[-1] if engine else None,
-              "accelerator": args.accelerator, "rounds": args.rounds}
+              "accelerator": args.accelerator, "rounds": args.rounds, "extra": args.extra}
     if rc != 0:
         tail = "\n".join(output.strip().splitlines()[-30:])
         record["error"] = (tail.splitlines() or ["(no output)"])[-1][:300]
@@ -92,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout", type=float, default=150.0, help="seconds per config")
     parser.add_argument("--budget", type=float, default=1e9, help="start no config after this many seconds")
     parser.add_argument("--only", default="", help="comma-separated substrings: run only matching configs")
+    parser.add_argument("--extra", default="", help="more CLI arguments for every config (e.g. --trainer.precision 16-mixed)")
     args = parser.parse_args(argv)
     results = Path(args.results)
     todo = []

@@ -8,6 +8,8 @@
   ``PerClientDirichlet``, ``PowerLawClasses``);
   :class:`DigitsDataModule`: the same on scikit-learn's 8x8 digits.
 * :class:`SyntheticRegressionDataModule`: linear regression, one true model per client (float targets).
+* :class:`DatasetDataModule`: any map-style ``torch.utils.data.Dataset`` (by class path in YAML) split by a
+  partition; :class:`GaussianClassesDataset` is a small one a configuration can name.
 
 The partition classes are imported from :mod:`lightning_fl.datamodules.partitions` only (one class
 path in YAML: ``lightning_fl.datamodules.partitions.Dirichlet``).
@@ -19,6 +21,8 @@ if __name__ != "lightning_fl.datamodules":  # one import path per module (see py
     raise ImportError(f"import this package as lightning_fl.datamodules, not {__name__}")
 
 from lightning_fl.datamodules.assemble import build_from_pooled
+from lightning_fl.datamodules.dataset import DatasetDataModule, stack_dataset
+from lightning_fl.datamodules.dataset_examples import GaussianClassesDataset
 from lightning_fl.datamodules.digits import DigitsDataModule
 from lightning_fl.datamodules.pooled import PooledDataModule
 from lightning_fl.datamodules.regression import SyntheticRegressionDataModule
@@ -29,9 +33,11 @@ from lightning_fl.simulation.datamodule import FederatedDataModule
 from lightning_fl.state.data import FederatedData
 
 __all__ = [
+    "DatasetDataModule",
     "DigitsDataModule",
     "FederatedData",
     "FederatedDataModule",
+    "GaussianClassesDataset",
     "PooledDataModule",
     "PooledSyntheticDataModule",
     "SyntheticDataModule",
@@ -40,6 +46,7 @@ __all__ = [
     "generate_synthetic",
     "generate_synthetic_pool",
     "split_train_test",
+    "stack_dataset",
 ]
 
 # Real data sets (docs/datasets.md): IDX (MNIST, Fashion-MNIST), CIFAR-10, LEAF JSON (FEMNIST a-j), Shakespeare.

@@ -11,7 +11,7 @@ from lightning_fl.datamodules.split import split_train_test
 from lightning_fl.faults.validation import ConfigError, check_test_fraction
 from lightning_fl.state.data import FederatedData, offsets_from_sizes
 
-__all__ = ["build_from_pooled"]
+__all__ = ["build_from_pooled", "check_indices"]
 
 
 def build_from_pooled(
@@ -42,8 +42,8 @@ def build_from_pooled(
         The federation, labels as ``long``.
 
     Raises:
-        ConfigError: If ``x`` and ``y`` differ in length, a label is outside ``[0, num_classes)`` or
-            ``test_fraction`` is outside ``[0, 1)``.
+        ConfigError: If ``x`` and ``y`` differ in length, a label is outside ``[0, num_classes)``, a client
+            holds an index outside ``[0, n)`` or ``test_fraction`` is outside ``[0, 1)``.
         ValueError: If a client ends up with no training sample (from :class:`FederatedData`).
 
     Example:
@@ -58,6 +58,7 @@ def build_from_pooled(
     y = torch.as_tensor(y).long()
     if len(y) and (int(y.min()) < 0 or int(y.max()) >= num_classes):
         raise ConfigError(f"labels must lie in [0, {num_classes}) (num_classes); got {int(y.min())}..{int(y.max())}")
+    check_indices(client_indices, len(y))
     splits = [split(idx, test_fraction, generator) for idx in client_indices]
     train = torch.cat([tr for tr, _ in splits]) if splits else torch.zeros(0, dtype=torch.long)
     test = torch.cat([te for _, te in splits]) if splits else torch.zeros(0, dtype=torch.long)
@@ -70,3 +71,23 @@ def build_from_pooled(
         test_offsets=offsets_from_sizes([len(te) for _, te in splits]),
         num_classes=int(num_classes),
     )
+
+
+def check_indices(client_indices: list[Tensor], num_samples: int) -> None:
+    """Raise a one-line ``ConfigError`` naming ``partition`` if a client holds an index outside ``[0, num_samples)``.
+
+    A negative index would silently wrap around in tensor indexing, so a user's partition that
+    miscounts is stopped here, before anything is drawn or trained.
+
+    Example:
+        >>> check_indices([torch.tensor([0, 4])], 4)
+        Traceback (most recent call last):
+        ...
+        lightning_fl.faults.validation.ConfigError: partition gave client 0 index 4, outside the dataset's 4 samples [0, 4)
+    """
+    for k, idx in enumerate(client_indices):
+        if len(idx):
+            low, high = int(idx.min()), int(idx.max())
+            if low < 0 or high >= num_samples:
+                raise ConfigError(f"partition gave client {k} index {low if low < 0 else high}, outside the"
+                                  f" dataset's {num_samples} samples [0, {num_samples})")

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.conftest import run_cli
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -24,7 +26,7 @@ def test_flags_work_on_a_shipped_config(tmp_path) -> None:
     bar = _fit(shipped, *common)
     assert bar.returncode == 0 and "Rounds: 100%" in bar.stdout
     assert "Training:" not in bar.stdout  # no stale Lightning bar before the round bar
-    root = ("--trainer.default_root_dir", str(tmp_path))
-    assert _fit(shipped, "--trainer.max_epochs", "2", "--trainer.logger", "false", *root).returncode == 0
-    dev = _fit(shipped, "--trainer.fast_dev_run", "true", *root)
-    assert dev.returncode == 0, dev.stderr[-2000:]
+    # The rest only need an exit code: in process (the shell's view is covered above).
+    root = ("--trainer.default_root_dir", str(tmp_path), "--trainer.enable_progress_bar", "false")
+    assert run_cli("fit", "--config", str(shipped), "--trainer.max_epochs", "2", "--trainer.logger", "false", *root) == 0
+    assert run_cli("fit", "--config", str(shipped), "--trainer.fast_dev_run", "true", *root) == 0

@@ -20,6 +20,7 @@ from lightning_fl.aggregation.config_errors import stage_config_error
 from lightning_fl.apps import checkpoint_keywords
 from lightning_fl.apps.algorithm_choice import algorithm_names, keep_last_aggregation
 from lightning_fl.apps.loggerless_runs import assign_run_folder, forget_run_folder
+from lightning_fl.datamodules.dataset import dataset_config_error
 from lightning_fl.datamodules.partitions.config_errors import partition_config_error
 from lightning_fl.faults.checkpoint_io import AtomicCheckpointIO
 from lightning_fl.faults.dead_rank import lost_rank
@@ -90,7 +91,7 @@ class FederatedArgumentParser(LightningArgumentParser):
         # Nested parsers (exit_on_error off) only pass the report up; translate where it would be printed.
         if self.exit_on_error:
             partition = (partition_config_error(message) or stage_config_error(message) or dp_config_error(message)
-                         or non_finite_error(message) or missing_package_error(message))
+                         or dataset_config_error(message) or non_finite_error(message) or missing_package_error(message))
             if partition is not None:
                 raise ConfigError(partition)
         super().error(message, ex)
@@ -292,6 +293,11 @@ def main(args: list[str] | None = None) -> None:
     says so).
     """
     argv = list(sys.argv[1:] if args is None else args)
+    if argv[:1] == ["tune"]:  # not a LightningCLI subcommand: tunes many runs, each its own fit process
+        from lightning_fl.apps.tune import run as tune
+
+        tune(argv[1:])
+        return
     preemption = Preemption.instance()
     preemption.install()
     try:

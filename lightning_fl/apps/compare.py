@@ -25,7 +25,7 @@ from pathlib import Path
 
 from lightning_fl.experiments import GridResult, Run, parse_seeds, run_grid
 from lightning_fl.experiments.launcher import RunFailed, command_line, launch
-from lightning_fl.experiments.tuning import TUNE_METRICS
+from lightning_fl.experiments.tuning import DEFAULT_TRIALS, TUNE_METRICS, TUNING_SEEDS
 from lightning_fl.faults.validation import ConfigError
 
 # Command-line overrides that switch every config to one dataset (same partition for every method).
@@ -56,8 +56,10 @@ def parser() -> argparse.ArgumentParser:
                    help="keep the config's data.init_args.seed for every seed (default: data seed = seed)")
     p.add_argument("--jobs", type=int, help="training processes at a time (default: one per CPU core)")
     p.add_argument("--tune", action="store_true",
-                   help="first select each method's hyperparameters on the validation splits (grids: docs/experiments.md)")
-    p.add_argument("--tune-seed", type=int, help="seed of the selection runs (default: the largest seed + 1)")
+                   help="first tune every method with the same budget on the validation splits (docs/experiments.md)")
+    p.add_argument("--tune-seeds", default=",".join(map(str, TUNING_SEEDS)),
+                   help=f"tuning seeds, at least 2, none a reported seed (default {','.join(map(str, TUNING_SEEDS))})")
+    p.add_argument("--tune-trials", type=int, help=f"tuning trials per method (default {DEFAULT_TRIALS})")
     p.add_argument("--tune-metric", default="val/acc_mean", help=f"one of {', '.join(TUNE_METRICS)}")
     return p
 
@@ -80,7 +82,8 @@ def main(argv: list[str] | None = None, launcher: Callable[[Run], float] = launc
                      *(["--trainer.max_epochs", str(args.rounds)] if args.rounds else []), *extra]
         title = f"Dataset: {args.data}." if args.data else ""
         return run_grid(runs, parse_seeds(args.seeds), args.save_dir, args.jobs, overrides, tune=args.tune,
-                        tune_seed=args.tune_seed, tune_metric=args.tune_metric, vary_data_seed=not args.same_data,
+                        tune_seeds=parse_seeds(args.tune_seeds), tune_trials=args.tune_trials,
+                        tune_metric=args.tune_metric, vary_data_seed=not args.same_data,
                         title=title, launcher=launcher)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -45,7 +45,8 @@ from lightning_fl.experiments.run_info import (
 from lightning_fl.experiments.personal import PersonalComparison, personal_comparison, reported_rows, run_protocols
 from lightning_fl.experiments.runs import Run, default_jobs, plan_runs
 from lightning_fl.experiments.stats import Stats, seed_bands
-from lightning_fl.experiments.tuning import tune as tune_grids
+from lightning_fl.experiments.tuning import TUNING_SEEDS, TuningResult
+from lightning_fl.experiments.tuning import tune as tune_methods_of
 from lightning_fl.faults.validation import ConfigError, check_choice, check_positive
 from lightning_fl.reporting.figures import band_curves_figure
 from lightning_fl.reporting.seed_figures import client_accuracy_figure
@@ -53,7 +54,8 @@ from lightning_fl.reporting.seed_figures import client_accuracy_figure
 __all__ = ["GridResult", "run_grid"]
 
 #: Panels of ``curves.png``: metric of the long CSV -> y axis label.
-CURVES = {"test/acc_mean": "test accuracy, mean over clients", "test/acc_worst20": "test accuracy, worst 20% of clients"}
+CURVES = {"test/acc_mean": "test accuracy, mean over clients", "test/acc_worst20": "test accuracy, worst 20% of clients",
+          "test/acc_pooled": "test accuracy, pooled test set"}
 
 
 @dataclass
@@ -68,6 +70,7 @@ class GridResult:
         configs: ``{method: config}`` that ran (the tuned ones with ``tune``).
         report: The markdown written to ``comparison.md``.
         personal: The personalized comparison (``None`` when no run evaluates personal models).
+        tuning: What the tuner selected (``None`` without ``tune``).
     """
 
     runs: list[Run]
@@ -77,6 +80,7 @@ class GridResult:
     configs: dict[str, str]
     report: str
     personal: PersonalComparison | None = None
+    tuning: TuningResult | None = None
 
 
 def _check(runs: Mapping[str, str], seeds: Sequence[int], jobs: int) -> None:
@@ -91,9 +95,10 @@ def _check(runs: Mapping[str, str], seeds: Sequence[int], jobs: int) -> None:
 
 
 def run_grid(runs: Mapping[str, str], seeds: Sequence[int], save_dir: Path, jobs: int | None = None,
-             extra_args: Sequence[str] = (), *, tune: bool = False, tune_seed: int | None = None,
-             tune_metric: str = "val/acc_mean", tune_methods: Sequence[str] | None = None,
-             tune_reference: str | None = None, vary_data_seed: bool = True, title: str = "",
+             extra_args: Sequence[str] = (), *, tune: bool = False, tune_seeds: Sequence[int] = TUNING_SEEDS,
+             tune_trials: int | None = None, tune_metric: str = "val/acc_mean",
+             tune_objectives: Mapping[str, str] | None = None, tune_methods: Sequence[str] | None = None,
+             vary_data_seed: bool = True, title: str = "",
              launcher: Callable[[Run], float] = launch) -> GridResult:
     """Train every config with every seed (finished runs are kept) and write the report files.
 
@@ -104,14 +109,13 @@ def run_grid(runs: Mapping[str, str], seeds: Sequence[int], save_dir: Path, jobs
         jobs: Training processes at a time (default: one per CPU core); each gets
             ``cores // jobs`` torch threads (at least 1).
         extra_args: Command-line arguments for every run (``--trainer.max_epochs 20``, a dataset switch).
-        tune: First select each method's hyperparameters on the validation splits.
-        tune_seed: The seed of the selection runs (default ``max(seeds) + 1``: a seed the reported
-            runs do not use, so the winner's luck on it does not enter the reported numbers).
-        tune_metric: The ``val/*`` metric the selection maximises.
-        tune_methods: The methods tuned (default: all); the others run their configs as they are (a
-            paper's own method at the paper's hyperparameters).
-        tune_reference: ``None``: each tuned method searches its whole grid; a method name: the staged
-            search of :func:`~lightning_fl.experiments.tuning.tune` (it selects the client lr).
+        tune: First tune each method on the validation splits (:func:`~lightning_fl.experiments.tuning.tune`:
+            the same trials and tuning seeds for every method).
+        tune_seeds: The tuning seeds (at least 2, none of ``seeds``).
+        tune_trials: Trials per method (default :data:`~lightning_fl.experiments.tuning.DEFAULT_TRIALS`).
+        tune_metric: The default ``val/*`` objective.
+        tune_objectives: ``{method: val/* metric}`` for methods tuned on another objective.
+        tune_methods: The methods tuned (default: all); the others run their configs as they are.
         vary_data_seed: Set ``data.init_args.seed`` to the seed where the config sets one (every seed
             a new partition, the same for all methods); ``False`` keeps the config's data.
         title: First line of ``comparison.md`` (e.g. the dataset).
@@ -130,14 +134,18 @@ def run_grid(runs: Mapping[str, str], seeds: Sequence[int], save_dir: Path, jobs
     save_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     configs, tuning = dict(runs), ""
+    tuned: TuningResult | None = None
     if tune:
-        tune_seed = max(seeds) + 1 if tune_seed is None else tune_seed
         for method in tune_methods or ():
             check_choice("tune_methods", method, list(runs))
         chosen = {method: runs[method] for method in (runs if tune_methods is None else tune_methods)}
-        tuned, tuning = tune_grids(chosen, save_dir, tune_seed, extra_args, jobs, threads, tune_metric, vary_data_seed,
-                                   launcher, tune_reference)
-        configs |= tuned
+        trials = {} if tune_trials is None else {"trials": tune_trials}
+        objectives = {m: v for m, v in (tune_objectives or {}).items() if m in chosen}
+        tuned = tune_methods_of(chosen, save_dir, tune_seeds, objectives=objectives, metric=tune_metric,
+                                overrides=extra_args, jobs=jobs, threads=threads, vary_data_seed=vary_data_seed,
+                                launcher=None if launcher is launch else launcher, reporting_seeds=seeds, **trials)
+        configs |= tuned.configs
+        tuning = tuned.report
     planned = plan_runs(configs, seeds, save_dir, extra_args, vary_data_seed, threads)
     run_all(planned, jobs, launcher)
 
@@ -171,7 +179,7 @@ def run_grid(runs: Mapping[str, str], seeds: Sequence[int], save_dir: Path, jobs
     print(f"\n{report}\nSaved comparison.md, summary.csv, {'personal_summary.csv, ' if personal else ''}evaluations.csv,"
           f" runs.csv, curves.png and client_accuracy.png"
           f" to {save_dir} ({time.perf_counter() - started:.0f} s); curves: tensorboard --logdir {save_dir}", flush=True)
-    return GridResult(planned, rows, summary, records, configs, report, personal)
+    return GridResult(planned, rows, summary, records, configs, report, personal, tuned)
 
 
 def _figures(runs: Sequence[Run], rows: Sequence[Row], save_dir: Path, num_seeds: int) -> None:

@@ -1,246 +1,214 @@
-"""Fair baselines: a small hyperparameter grid per method, selected on the validation splits.
+"""Equal-budget tuning: every method searched with the same trials and seeds, selected on the validation splits.
 
-Every method gets the same treatment: each setting of its grid (:data:`GRIDS`, looked up by the
-config's aggregation callback; :data:`DEFAULT_GRID` for the others) trains once, on one seed, and the
-setting with the best final score on the clients' **validation** splits (``val/acc_mean`` by default)
-wins; ties go to the first setting in grid order. A *staged* search (``reference``, the protocol of the
-FedProx and q-FFL papers) costs far fewer runs: the reference method (FedAvg) selects the client lr
-over :data:`CLIENT_LR`, and every other method then searches only its own parameters at that lr (a
-method without any, e.g. another epoch count of the reference, takes it without a run). Only ``val/*`` metrics can be selected on, and the
-scores are read from the ``val`` rows of each run's ``fairness_history.csv`` alone, so test data never
-influence the choice. The chosen setting is then written as a config of its own
-(``<save_dir>/tuned/<method>.yaml``) that the comparison runs over all seeds. See
-docs/experiments.md, "Fair baselines".
+:func:`tune` gives every method the same budget: ``trials`` Optuna trials (seeded TPE, a median pruner
+over the rounds' validation evaluations), each trained on every one of the tuning seeds
+(:data:`TUNING_SEEDS`, at least two, never a reporting seed) and scored by the mean over them of the
+method's objective (``objectives[method]``, a ``val/*`` metric; ``val/acc_mean`` by default) at the
+final validation round. Scores come from the ``val`` rows of each run's history only, so test data
+never influence a choice. A space whose best trial sits at its edge is widened for the next stage of
+the budget (:mod:`~lightning_fl.experiments.optuna_search`). Each method's selection is written as a
+config of its own (``<save_dir>/tuned/<method>.yaml``), and ``tuning.md`` / ``tuning.json`` record the
+budget, every trial's parameters and validation score, the pruned trials, the widenings, the selections
+and the edge flags. See docs/experiments.md, "Fair baselines".
 """
 
 from __future__ import annotations
 
-import csv
-import itertools
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from lightning_fl.experiments.launcher import launch, run_all
-from lightning_fl.experiments.runs import Run, plan_runs
+from lightning_fl.experiments.optuna_search import MAX_WIDENINGS, rounds_of, search_method
+from lightning_fl.experiments.runs import Run
+from lightning_fl.experiments.search_space import aggregation_of, point_label, space_for, write_point_config
+from lightning_fl.experiments.tuning_runs import ABORT
 from lightning_fl.faults.validation import ConfigError, check_choice
 
-__all__ = ["DEFAULT_GRID", "GRIDS", "TUNE_METRICS", "aggregation_of", "at_grid_edge", "grid_for", "own_grid", "point_label",
-           "select", "tune", "tuning_markdown", "val_score", "write_point_config"]
+__all__ = ["DEFAULT_TRIALS", "METRIC_DIRECTIONS", "TUNE_METRICS", "TUNING_SEEDS", "TuningResult", "budget_text",
+           "check_tuning", "has_validation_splits", "tune", "tuning_markdown"]
 
-#: Client learning rates tried for every method (half-decade steps around the configs' 0.01).
-CLIENT_LR: tuple[float, ...] = (0.003, 0.01, 0.03, 0.1)
-#: The grid of a method whose aggregation callback has no entry in :data:`GRIDS`.
-DEFAULT_GRID: dict[str, tuple[float, ...]] = {"client_lr": CLIENT_LR}
-#: Per aggregation callback: ``client_lr`` is the client optimizer's ``lr``; every other key is an
-#: init argument of the callback (FedAdam/FedYogi/FedAdagrad's server learning rate is their ``lr``).
-GRIDS: dict[str, dict[str, tuple[float, ...]]] = {
-    "FedAvg": DEFAULT_GRID,
-    "FedProx": {"client_lr": CLIENT_LR, "mu": (0.001, 0.01, 0.1, 1.0)},  # the FedProx paper's grid
-    "QFFL": {"client_lr": CLIENT_LR, "q": (0.1, 1.0, 5.0)},  # its step is L = 1/lr: the client lr
-    "FedAvgM": {"client_lr": CLIENT_LR, "server_lr": (0.1, 0.3, 1.0)},
-    **{name: {"client_lr": CLIENT_LR, "lr": (0.001, 0.01, 0.1, 1.0)} for name in ("FedAdam", "FedYogi", "FedAdagrad")},
+#: The seeds of every tuning run: fixed, and never among a comparison's reporting seeds (checked).
+TUNING_SEEDS: tuple[int, ...] = (1000, 1001)
+#: Trials per method by default. ``make reproduce PAPER=fedfa SCALE=small`` (4 settings x 5 methods) then
+#: trains 20 x 6 x 2 = 240 tuning runs (fewer rounds where pruned) beside the 100 reported runs of 5 seeds:
+#: at the 10 s per run (two at a time on 2 cores) its earlier reproduction measured, about an hour.
+DEFAULT_TRIALS = 6
+#: The validation metrics a method can be tuned on, with the direction that is better.
+METRIC_DIRECTIONS: dict[str, str] = {
+    **{f"val/{k}": "maximize" for k in ("acc_mean", "acc_weighted", "acc_pooled", "acc_worst20", "acc_best20",
+                                        "acc_min", "jain")},
+    "val/acc_var": "minimize", "val/acc_std": "minimize",
 }
-#: Validation metrics a grid can be selected on (higher is better for each).
-TUNE_METRICS = ("val/acc_mean", "val/acc_weighted", "val/acc_pooled", "val/acc_worst20", "val/acc_best20",
-                "val/acc_min", "val/jain")
+TUNE_METRICS = tuple(METRIC_DIRECTIONS)
 
 
-def _load(config: str | Path) -> dict[str, Any]:
-    return yaml.safe_load(Path(config).read_text()) or {}
+@dataclass(frozen=True)
+class TuningResult:
+    """What :func:`tune` selected.
 
-
-def aggregation_of(config: str | Path) -> str | None:
-    """The class name of the first callback in ``config`` that has a grid (``None``: none has)."""
-    for callback in (_load(config).get("trainer") or {}).get("callbacks") or []:
-        name = str(callback.get("class_path", "")).rpartition(".")[2] if isinstance(callback, dict) else ""
-        if name in GRIDS:
-            return name
-    return None
-
-
-def grid_for(config: str | Path) -> list[dict[str, float]]:
-    """Every setting of ``config``'s grid, in grid order (the last key varies fastest)."""
-    grid = GRIDS.get(aggregation_of(config) or "", DEFAULT_GRID)
-    return [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
-
-
-def own_grid(config: str | Path) -> list[dict[str, float]]:
-    """The settings of ``config``'s grid without ``client_lr`` (``[{}]`` where the grid has nothing else)."""
-    grid = {k: v for k, v in GRIDS.get(aggregation_of(config) or "", DEFAULT_GRID).items() if k != "client_lr"}
-    return [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
-
-
-def point_label(point: Mapping[str, float]) -> str:
-    """``{"client_lr": 0.01, "mu": 0.1}`` -> ``"client_lr=0.01,mu=0.1"`` (also a folder name)."""
-    return ",".join(f"{key}={value:g}" for key, value in point.items())
-
-
-def check_tunable(config: str | Path, method: str) -> None:
-    """Raise :class:`ConfigError` if ``config`` has no validation splits (``data.init_args.val_fraction: 0``)."""
-    init_args = (_load(config).get("data") or {}).get("init_args") or {}
-    if init_args.get("val_fraction", 0.1) == 0:
-        raise ConfigError(f"--tune: data.init_args.val_fraction of {method} ({config}) is 0; tuning selects on the"
-                          " validation splits, so it must be > 0")
-
-
-def write_point_config(config: str | Path, point: Mapping[str, float], path: Path) -> Path:
-    """Write ``config`` with ``point`` applied to ``path`` (``client_lr``: the optimizer; others: the callback)."""
-    data = _load(config)
-    aggregation = aggregation_of(config)
-    for key, value in point.items():
-        if key == "client_lr":
-            data["model"]["optimizer"].setdefault("init_args", {})["lr"] = value
-            continue
-        [callback] = [c for c in data["trainer"]["callbacks"] if str(c.get("class_path", "")).endswith(f".{aggregation}")]
-        callback.setdefault("init_args", {})[key] = value
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"# {config} with {point_label(point)} (written by the experiment runner's --tune)\n"
-                    + yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def val_score(log_dir: Path, metric: str = "val/acc_mean") -> float | None:
-    """``metric`` at the run's last validation evaluation, from the ``val`` rows of ``fairness_history.csv``.
-
-    Returns ``None`` for a run without that file or without validation rows, and for a NaN score.
+    Attributes:
+        configs: ``{method: config of its selected setting}``.
+        methods: ``{method: search result}`` (see :func:`~lightning_fl.experiments.optuna_search.search_method`).
+        budget: The budget in words (``"8 trials x 2 seeds (1000, 1001)"``).
+        report: The markdown written to ``tuning.md``.
     """
-    check_choice("tune metric", metric, TUNE_METRICS)
-    path = log_dir / "fairness_history.csv"
-    if not path.exists():
-        return None
-    with open(path) as f:
-        rows = [r for r in csv.DictReader(f) if r["stage"] == "val"]  # test rows are never looked at
-    if not rows:
-        return None
-    score = float(max(rows, key=lambda r: int(r["round"]))[metric.partition("/")[2]])
-    return None if math.isnan(score) else score
+
+    configs: dict[str, str]
+    methods: dict[str, dict[str, Any]]
+    budget: str
+    report: str
+
+    @property
+    def selected(self) -> dict[str, str]:
+        """``{method: "client_lr=0.0123,mu=0.1"}``."""
+        return {m: point_label(r["selected"]) for m, r in self.methods.items()}
+
+    @property
+    def at_edge(self) -> dict[str, list[str]]:
+        """``{method: parameters}`` of the selections still at an edge of their final space (flagged)."""
+        return {m: list(r["at_edge"]) for m, r in self.methods.items() if r["at_edge"]}
 
 
-def select(scores: Sequence[tuple[Mapping[str, float], float | None]]) -> int | None:
-    """Index of the best ``(setting, score)``: highest score, the first on ties; ``None`` if none has one."""
-    valid = [(i, score) for i, (_, score) in enumerate(scores) if score is not None]
-    return max(valid, key=lambda item: (item[1], -item[0]))[0] if valid else None
+def budget_text(trials: int, seeds: Sequence[int]) -> str:
+    """``"8 trials x 2 seeds (1000, 1001)"``."""
+    return f"{trials} trials x {len(seeds)} seeds ({', '.join(map(str, seeds))})"
 
 
-def at_grid_edge(selected: Mapping[str, float], grid: Sequence[Mapping[str, float]]) -> list[str]:
-    """The keys of ``selected`` at the smallest or largest value the grid tried, where it tried several.
-
-    Example:
-        >>> at_grid_edge({"client_lr": 0.1, "mu": 0.01}, [{"client_lr": lr, "mu": 0.01} for lr in (0.01, 0.1)])
-        ['client_lr']
-    """
-    edges = []
-    for key, value in selected.items():
-        tried = {point[key] for point in grid if key in point}
-        if len(tried) > 1 and value in (min(tried), max(tried)):
-            edges.append(key)
-    return edges
+def has_validation_splits(config: str | Path) -> bool:
+    """Whether ``config`` keeps validation splits (``data.init_args.val_fraction`` is not 0; default 0.1)."""
+    init_args = ((yaml.safe_load(Path(config).read_text()) or {}).get("data") or {}).get("init_args") or {}
+    return init_args.get("val_fraction", 0.1) != 0
 
 
-def tuning_markdown(results: Mapping[str, Mapping[str, Any]], metric: str, seed: int, reference: str | None = None) -> str:
-    """The grids' validation scores per method, the selected setting in bold."""
-    staged = (f" Staged: {reference} selected the client lr, the others their own parameters at that lr"
-              " (a single setting is taken without a run)." if reference else "")
-    lines = [f"Hyperparameters selected on the validation splits ({metric} at the final round), seed {seed}.{staged}",
-             ""]
-    for method, result in results.items():
-        chosen = point_label(result["selected"]) if result["selected"] else "nothing (every setting failed)"
-        edges = at_grid_edge(result["selected"], [entry["setting"] for entry in result["grid"]])
-        if edges:
-            chosen += f" ({', '.join(edges)} at the edge of the grid: a wider grid may do better)"
-        lines += [f"{method} ({result['aggregation'] or 'default grid'}): selected {chosen}", "",
-                  f"| Setting | {metric} |", "| :--- | ---: |"]
-        for entry in result["grid"]:
-            score = ("not run" if len(result["grid"]) == 1 else "failed") if entry["score"] is None else \
-                f"{entry['score']:.4f}"
-            label = point_label(entry["setting"])
-            lines.append(f"| **{label}** | **{score}** |" if entry["setting"] == result["selected"] else
-                         f"| {label} | {score} |")
+def check_tuning(methods: Mapping[str, str], seeds: Sequence[int], trials: int, objectives: Mapping[str, str],
+                 reporting_seeds: Sequence[int] = ()) -> None:
+    """Raise :class:`ConfigError` (one line) for input the tuner cannot use, before anything trains."""
+    if not methods:
+        raise ConfigError("tune: name at least one method=config.yaml pair")
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise ConfigError(f"tune trials must be an integer >= 1; got {trials!r}")
+    if len(set(seeds)) < 2 or len(set(seeds)) != len(seeds) or any(s < 0 for s in seeds):
+        raise ConfigError(f"tune seeds must be at least 2 distinct seeds >= 0 (e.g. 1000,1001); got {list(seeds)}")
+    if shared := sorted(set(seeds) & set(reporting_seeds)):
+        raise ConfigError(f"tune seeds must not be reporting seeds; {shared} are both (tuning seeds: {list(seeds)})")
+    for method, metric in objectives.items():
+        check_choice("tune objective's method", method, list(methods))
+        check_choice("tune metric", metric, TUNE_METRICS)
+    for method, config in methods.items():
+        if not Path(config).is_file():
+            raise ConfigError(f"tune: the config of {method}, {config}, does not exist")
+        if not has_validation_splits(config):
+            raise ConfigError(f"tune: data.init_args.val_fraction of {method} ({config}) is 0; tuning selects on the"
+                              " validation splits, so it must be > 0")
+
+
+def _score(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4f}"
+
+
+def _range(low: float, high: float, scale: str) -> str:
+    return f"{low:.3g}..{high:.3g}{' (log)' if scale == 'log' else ''}"
+
+
+def tuning_markdown(results: Mapping[str, Mapping[str, Any]], budget: str) -> str:
+    """The budget, then per method: objective, space, widenings, every trial (selected in bold), edge flag."""
+    lines = [f"Tuning budget, the same for every method: {budget}, selected on the validation splits only (each"
+             f" trial's score: the mean over the seeds of the objective at the final validation round; TPE sampler"
+             f" seeded with the first tuning seed, median pruner over rounds). A best trial in the outer 10% of a"
+             f" range widens it for the next stage, at most {MAX_WIDENINGS} times.", ""]
+    for method, r in results.items():
+        direction = "higher" if r["maximize"] else "lower"
+        space = ", ".join(f"{name} {_range(*bounds)}" for name, bounds in r["space"].items())
+        chosen = "nothing (no trial completed)" if r["selected"] is None else \
+            f"{point_label(r['selected'])} (score {_score(r['score'])})"
+        lines.append(f"### {method}\n\nAggregation {r['aggregation'] or 'default'}; objective {r['metric']}"
+                     f" ({direction} is better); stages {r['stages']}; final space: {space}. Selected: **{chosen}**.")
+        for w in r["widenings"]:
+            ranges = "; ".join(f"{n} {old[0]:.3g}..{old[1]:.3g} -> {new[0]:.3g}..{new[1]:.3g}"
+                               for n, (old, new) in w["ranges"].items())
+            lines.append(f"Widened after stage {w['after_stage'] + 1} (trial {w['trial']} at an edge): {ranges}.")
+        if r["at_edge"]:
+            edge = ", ".join(f"{n} ({side})" for n, side in r["at_edge"].items())
+            limit = "the limit of widenings reached" if len(r["widenings"]) >= len(r["stages"]) - 1 else "no stage left"
+            lines.append(f"**Flagged: still at the edge of its space: {edge}** ({limit}; a wider search may do"
+                         " better).")
+        lines += ["", "| Trial | Stage | Parameters | Seeds | Score | State |",
+                  "| ---: | ---: | :--- | :--- | ---: | :--- |"]
+        for t in r["trials"]:
+            seeds = ", ".join(f"{v:.4f}" for v in t["seed_scores"])
+            state = {"pruned": f"pruned at round {t['pruned_at']}", "failed": f"failed: {t['error']}"}.get(t["state"],
+                                                                                                         "complete")
+            row = f"| {t['number']} | {t['stage'] + 1} | {t['label']} | {seeds} | {_score(t['score'])} | {state} |"
+            lines.append(row.replace(f"| {t['label']} |", f"| **{t['label']}** |")
+                         if r["selected"] is not None and t["params"] == r["selected"] else row)
         lines.append("")
     return "\n".join(lines)
 
 
-def write_tuning(results: Mapping[str, Mapping[str, Any]], metric: str, seed: int, save_dir: Path,
-                 reference: str | None = None) -> str:
-    """Write ``tuning.json`` and ``tuning.md`` into ``save_dir``; returns the markdown."""
-    report = tuning_markdown(results, metric, seed, reference)
-    (save_dir / "tuning.json").write_text(json.dumps({"metric": metric, "seed": seed, "reference": reference,
-                                                      "methods": results}, indent=2))
-    (save_dir / "tuning.md").write_text(report)
-    return report
-
-
-def _search(methods: Mapping[str, str], grids: Mapping[str, list[dict[str, float]]], save_dir: Path, seed: int,
-            overrides: Sequence[str], jobs: int, threads: int | None, metric: str, vary_data_seed: bool,
-            launcher: Callable[[Run], float]) -> dict[str, dict[str, Any]]:
-    """Train every point of every grid of more than one point on ``seed``; select each method's on ``metric``."""
-    candidates = {f"{method}/{point_label(point)}": str(write_point_config(
-        methods[method], point, save_dir / "tuning" / "configs" / method / f"{point_label(point)}.yaml"))
-        for method, grid in grids.items() if len(grid) > 1 for point in grid}
-    runs = plan_runs(candidates, [seed], save_dir / "tuning", overrides, vary_data_seed, threads)
-    failed = run_all(runs, jobs, launcher, keep_going=True)
-    scores = {run.method: None if run in failed else val_score(run.log_dir, metric) for run in runs}
-    results: dict[str, dict[str, Any]] = {}
-    for method, grid in grids.items():
-        scored = [(point, scores.get(f"{method}/{point_label(point)}")) for point in grid]
-        best = 0 if len(grid) == 1 else select(scored)
-        if best is None:
-            raise ConfigError(f"--tune: every setting of {method}'s grid failed; see {save_dir / 'tuning' / method}")
-        results[method] = {"config": methods[method], "aggregation": aggregation_of(methods[method]),
-                           "selected": scored[best][0], "grid": [{"setting": p, "score": s} for p, s in scored]}
-    return results
-
-
-def tune(methods: Mapping[str, str], save_dir: Path, seed: int, overrides: Sequence[str] = (), jobs: int = 1,
-         threads: int | None = None, metric: str = "val/acc_mean", vary_data_seed: bool = True,
-         launcher: Callable[[Run], float] = launch, reference: str | None = None) -> tuple[dict[str, str], str]:
-    """Train every method's grid on ``seed`` and select each method's setting on ``metric``.
-
-    Runs go to ``<save_dir>/tuning/<method>/<setting>/seed_<seed>`` (finished ones are kept; a setting
-    that fails, e.g. diverges, scores nothing). Writes ``tuning.json`` and ``tuning.md`` to ``save_dir``
-    and each winner's config to ``<save_dir>/tuned/<method>.yaml``.
+def tune(methods: Mapping[str, str], save_dir: Path, seeds: Sequence[int] = TUNING_SEEDS,
+         trials: int = DEFAULT_TRIALS, objectives: Mapping[str, str] | None = None, metric: str = "val/acc_mean",
+         overrides: Sequence[str] = (), jobs: int = 1, threads: int | None = None, vary_data_seed: bool = True,
+         launcher: Callable[[Run], float] | None = None, reporting_seeds: Sequence[int] = ()) -> TuningResult:
+    """Tune every method with the same budget; write ``tuning.md``, ``tuning.json`` and ``tuned/<method>.yaml``.
 
     Args:
-        methods: ``{method: config}`` to tune.
-        save_dir: See above.
-        seed: The seed of every selection run (one the reported runs do not use).
+        methods: ``{method: config}``.
+        save_dir: Trials go to ``<save_dir>/tuning/``, the reports and selected configs beside.
+        seeds: The tuning seeds (at least 2; none may be in ``reporting_seeds``).
+        trials: Trials per method.
+        objectives: ``{method: val/* metric}``; methods not named use ``metric``.
+        metric: The default objective.
         overrides: Command-line arguments for every run.
-        jobs: Training processes at a time.
+        jobs: Training processes at a time (methods are searched ``jobs // len(seeds)`` at a time, each
+            trial's seeds in parallel).
         threads: Torch threads per run.
-        metric: The ``val/*`` metric maximised.
-        vary_data_seed: Set ``data.init_args.seed`` to ``seed`` where the config sets one.
-        launcher: Trains one run.
-        reference: ``None``: every method searches its whole grid. A method name: a staged search (see
-            the module's docstring): ``reference`` selects the client lr, the others their own
-            parameters at that lr.
+        vary_data_seed: Set ``data.init_args.seed`` to the seed where the config sets one.
+        launcher: ``None``: real runs, stopped when pruned; tests pass a fake (see
+            :func:`~lightning_fl.experiments.tuning_runs.evaluate_trial`).
+        reporting_seeds: The seeds the comparison reports (refused as tuning seeds).
 
     Returns:
-        ``({method: config of its selected setting}, markdown report)``.
+        A :class:`TuningResult`.
 
     Raises:
-        ConfigError: For a metric outside :data:`TUNE_METRICS`, a config without validation splits or a
-            ``reference`` that is not a method (before anything trains), or a method whose every
-            setting failed.
+        ConfigError: On bad input (before anything trains), or when no trial of a method completed.
     """
+    for method in objectives or {}:
+        check_choice("tune objective's method", method, list(methods))
+    objectives = {m: (objectives or {}).get(m, metric) for m in methods}
     check_choice("tune metric", metric, TUNE_METRICS)
-    if reference is not None:
-        check_choice("tune reference", reference, list(methods))
-    for method, config in methods.items():
-        check_tunable(config, method)
-    search = (overrides, jobs, threads, metric, vary_data_seed, launcher)
-    if reference is None:
-        results = _search(methods, {m: grid_for(c) for m, c in methods.items()}, save_dir, seed, *search)
-    else:
-        results = _search(methods, {reference: [{"client_lr": lr} for lr in CLIENT_LR]}, save_dir, seed, *search)
-        lr = results[reference]["selected"]["client_lr"]
-        others = {m: [{"client_lr": lr, **own} for own in own_grid(c)] for m, c in methods.items() if m != reference}
-        results |= _search(methods, others, save_dir, seed, *search)
-        results = {m: results[m] for m in methods}  # the caller's order
-    selected = {m: str(write_point_config(methods[m], r["selected"], save_dir / "tuned" / f"{m}.yaml"))
-                for m, r in results.items()}
-    return selected, write_tuning(results, metric, seed, save_dir, reference)
+    check_tuning(methods, seeds, trials, objectives, reporting_seeds)
+    ABORT.clear()
+
+    def one(method: str) -> dict[str, Any]:
+        config = methods[method]
+        result = search_method(method, config, space_for(config), trials, list(seeds), objectives[method],
+                               METRIC_DIRECTIONS[objectives[method]] == "maximize", save_dir,
+                               rounds_of(config, overrides), overrides, vary_data_seed, threads, launcher)
+        return {"config": config, "aggregation": aggregation_of(config), **result}
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs // len(seeds))) as pool:
+        futures = {m: pool.submit(one, m) for m in methods}
+        try:
+            results = {m: f.result() for m, f in futures.items()}
+        except BaseException:
+            ABORT.set()  # every trial in flight stops its processes (they stay resumable); no new one starts
+            pool.shutdown(cancel_futures=True)
+            raise
+    for method, r in results.items():
+        if r["selected"] is None:
+            raise ConfigError(f"tune: no trial of {method} completed; see {save_dir / 'tuning' / method}")
+    budget = budget_text(trials, seeds)
+    configs = {m: str(write_point_config(methods[m], r["selected"], save_dir / "tuned" / f"{m}.yaml"))
+               for m, r in results.items()}
+    report = tuning_markdown(results, budget)
+    save_dir.mkdir(parents=True, exist_ok=True)
+    (save_dir / "tuning.md").write_text(f"# Tuning\n\n{report}")
+    (save_dir / "tuning.json").write_text(json.dumps({"budget": budget, "trials": trials, "seeds": list(seeds),
+                                                      "methods": results}, indent=2))
+    return TuningResult(configs, results, budget, report)

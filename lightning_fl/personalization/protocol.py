@@ -75,6 +75,11 @@ class EvalProtocol:
         finetune_prox: ``lambda >= 0`` of FedAvg-FT's ``ft_prox`` (Ditto repo ``finetuning.py``): fine-tuning
             adds ``lambda (v - w^t)`` to the gradient and takes ``max(floor(k n_k / B), k)`` steps; 0: off.
         finetune_params: ``all`` or ``head`` (only the model's head is fine-tuned, as FedRep's FedAvg baseline).
+        client_subset: ``m``: every evaluation scores ``m`` clients drawn uniformly without replacement from
+            the ``N``, anew at each evaluation round, from the stream keyed ``(seed, "eval_subset", round)``
+            (the same set in every engine and for any number of processes); ``clients`` and the unseen
+            clients are taken within it, and the fairness statistics are over the clients scored.
+            ``None`` (default): every client.
 
     Raises:
         ConfigError: One line naming ``model.eval.<field>`` and what it accepts.
@@ -98,9 +103,15 @@ class EvalProtocol:
     paper_compat: str | None = None
     finetune_prox: float = 0.0
     finetune_params: str = "all"
+    client_subset: int | None = None
 
     def __post_init__(self) -> None:
         check_choice(f"{FIELD}.finetune_params", self.finetune_params, FINETUNE_PARAMS)
+        if self.client_subset is not None:
+            check_positive(f"{FIELD}.client_subset", self.client_subset, integer=True)
+            if self.unseen_fraction:  # the gap compares both sets in one evaluation; a subset may miss one
+                raise ConfigError(f"{FIELD}.client_subset cannot be combined with unseen_fraction > 0 (a subset may"
+                                  " hold no unseen client to measure the participation gap); drop one of them")
         if isinstance(self.finetune_prox, bool) or not isinstance(self.finetune_prox, (int, float)) \
                 or not self.finetune_prox >= 0:
             raise ConfigError(f"{FIELD}.finetune_prox must be a number >= 0 (0: off); got {self.finetune_prox!r}")
@@ -173,6 +184,9 @@ class EvalProtocol:
         """
         check_positive("num_clients", num_clients, integer=True)
         self._check_holdout(num_clients)
+        if self.client_subset is not None and self.client_subset > num_clients:
+            raise ConfigError(f"{FIELD}.client_subset must be at most {num_clients} (the number of clients; leave it"
+                              f" out to evaluate every client); got {self.client_subset}")
         if self.model == "global" and not method_has_global:
             raise ConfigError(f"{FIELD}.model must be one of personal, finetuned for {method_name}; got 'global'"
                               f" ({method_name}'s global model has untrained personal layers)")
@@ -249,6 +263,8 @@ class EvalProtocol:
             parts.append(f"unseen_fraction={self.unseen_fraction:g} (reported under unseen/*)")
         if self.paper_compat == "max_test":
             parts.append("paper_compat=max_test (best test round under test_optimistic/*)")
+        if self.client_subset is not None:
+            parts.append(f"client_subset={self.client_subset} (drawn anew each evaluation, keyed by seed and round)")
         return " ".join(parts)
 
     def hparams(self) -> dict[str, str | float]:
@@ -272,6 +288,7 @@ class EvalProtocol:
             "eval/paper_compat": self.paper_compat or "none",
             "eval/finetune_prox": float(self.finetune_prox),
             "eval/finetune_params": self.finetune_params,
+            "eval/client_subset": self.client_subset or 0,  # 0: every client (hparams hold no None)
         }
 
     @classmethod
@@ -297,4 +314,5 @@ class EvalProtocol:
         return cls(**names, **counts, unseen_fraction=float(values["eval/unseen_fraction"]),
                    paper_compat=None if compat == "none" else compat,
                    finetune_prox=float(values.get("eval/finetune_prox", 0.0)),  # runs before these options: off
-                   finetune_params=str(values.get("eval/finetune_params", "all")))
+                   finetune_params=str(values.get("eval/finetune_params", "all")),
+                   client_subset=int(values.get("eval/client_subset", 0)) or None)

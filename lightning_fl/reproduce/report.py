@@ -12,7 +12,6 @@ import math
 from collections.abc import Mapping, Sequence
 
 from lightning_fl.experiments.stats import Stats, stats
-from lightning_fl.experiments.tuning import CLIENT_LR
 from lightning_fl.reproduce.claims import LABELS, NOT_RUN, Claim, Verdict
 from lightning_fl.reproduce.paper import Paper, SettingResults
 
@@ -158,21 +157,39 @@ VERDICT_RULE = (
 )
 
 
-def _hyperparameters(sections: Sequence[tuple[SettingResults, str]], tune: bool, seed: int) -> str:
-    """Where the methods' hyperparameters come from: tuned baselines, or the configs as they are."""
+def _hyperparameters(sections: Sequence[tuple[SettingResults, str]], tune: bool, _seed: int | None = None) -> str:
+    """Where the methods' hyperparameters come from: tuned with one budget, or the configs as they are.
+
+    Args:
+        sections: Each setting's results (``tuned``, ``tuning_budget``).
+        tune: Whether this reproduction tuned.
+        _seed: Unused (the tuning seeds are in each budget).
+    """
     if not tune:
-        return ("Hyperparameters: the configs' as listed above, nothing tuned (`TUNE=0`; by default the baselines"
-                " are selected on the validation splits first, docs/experiments.md, \"Fair baselines\").")
+        return ("Hyperparameters: the configs' as listed above (the paper's settings as printed), nothing tuned"
+                " (`TUNE=0`, or the default at the paper's scale; `TUNE=1` tunes every method with the same budget on"
+                " the validation splits first, docs/experiments.md, \"Fair baselines\").")
     if not any(results.tuned for results, _ in sections):
-        return "Hyperparameters: nothing to tune here (no setting names methods to tune; see above)."
-    return ("Hyperparameters: the baselines' were selected on the validation splits first, never on test"
-            f" (docs/experiments.md, \"Fair baselines\"), each from one run per setting on seed {seed} (no reported"
-            f" run uses it): the first baseline (FedAvg) selects the client lr over {', '.join(map(str, CLIENT_LR))}, then"
-            " every other baseline its own parameters at that lr (FedProx mu, q-FFL q, a server lr), the protocol of"
-            " the FedProx and q-FFL papers; the selections are listed under each setting's table. The paper's own"
-            " methods run at the paper's hyperparameters (where the paper uses one lr for every method, they take"
-            " the selected lr too), so the claims are tested against tuned baselines (`TUNE=0`: every"
-" method at the configs' values).")
+        return ("Hyperparameters: nothing tuned: no method here can be (the settings keep no validation splits, or"
+                " list no methods to tune; see above), so every method runs at the configs' values.")
+    # tuning_budget reads "<trials> x <seeds> on <objective>": the budget is shared, the objective per method.
+    budgets = sorted({b.partition(" on ")[0] for results, _ in sections for b in results.tuning_budget.values()})
+    objectives: dict[str, set[str]] = {}
+    for results, _ in sections:
+        for method, budget in results.tuning_budget.items():
+            objectives.setdefault(budget.partition(" on ")[2], set()).add(method)
+    on = ", ".join(f"{metric} ({', '.join(sorted(methods))})" for metric, methods in sorted(objectives.items()))
+    untuned = sorted({f"{m} ({results.setting.name})" for results, _ in sections if results.tuned
+                      for m in results.setting.methods if m not in results.tuned})
+    kept = (f" Not tuned (the setting lists only some methods, or the method keeps no validation splits; they run at"
+            f" the config's values): {', '.join(untuned)}."
+            if untuned else " Every method was tuned, the paper's own included.")
+    return ("Hyperparameters: every tuned method got the same budget on the validation splits, never on test"
+            f" (docs/experiments.md, \"Fair baselines\"): {'; '.join(budgets)} per method, on tuning seeds no"
+            f" reported run uses, each selected on its objective: {on} (Optuna TPE, a median pruner over rounds, a"
+            " space widened when its best trial sits at its edge). The selections are listed under each setting's"
+            f" table; its `tuning.md` holds every trial's validation score.{kept} `TUNE=0`: every method at the"
+            " configs' values.")
 
 
 def render_report(paper: Paper, scale: str, seeds: Sequence[int], sections: Sequence[tuple[SettingResults, str]],

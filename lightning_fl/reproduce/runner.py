@@ -15,39 +15,47 @@ from pathlib import Path
 from lightning_fl.experiments.grid import run_grid
 from lightning_fl.experiments.launcher import launch
 from lightning_fl.experiments.runs import Run
-from lightning_fl.experiments.tuning import at_grid_edge, point_label
+from lightning_fl.experiments.tuning import has_validation_splits
 from lightning_fl.reproduce.claims import Verdict, judge_all
 from lightning_fl.reproduce.paper import Paper, SettingResults, best_of_values
 from lightning_fl.reproduce.report import render_report, setting_table
 from lightning_fl.reproduce.settings import derive_config
 
-__all__ = ["reproduce"]
+__all__ = ["reproduce", "tunes_by_default"]
 
 
 def _run_setting(paper: Paper, setting, seeds: Sequence[int], save_dir: Path, jobs: int | None, tune: bool,
-                 launcher: Callable[[Run], float]) -> SettingResults:
+                 launcher: Callable[[Run], float], trials: int | None = None) -> SettingResults:
+    """Train one setting (its tuned methods first tuned with one equal budget) and collect its results."""
     folder = save_dir / setting.folder
     configs = {}
     for method, base in setting.methods.items():
         changes = {**setting.common, **setting.changes.get(method, {})}
         configs[method] = str(derive_config(base, changes, folder / "configs" / f"{method}.yaml"))
-    tune = tune and bool(setting.tuned_methods)
-    grid = run_grid(configs, seeds, folder, jobs, tune=tune, tune_methods=setting.tuned_methods,
-                    tune_reference=setting.tuned_methods[0] if tune else None, title=f"{paper.title}: {setting.name}",
+    # By default every method that can be: a config without validation splits (the papers' exact training sets)
+    # has nothing to select on, and the report names it among the methods not tuned.
+    tuned_methods = [m for m in setting.methods if has_validation_splits(configs[m])] \
+        if setting.tuned_methods is None else list(setting.tuned_methods)
+    tune = tune and bool(tuned_methods)
+    grid = run_grid(configs, seeds, folder, jobs, tune=tune, tune_methods=tuned_methods, tune_trials=trials,
+                    tune_objectives=setting.objectives, title=f"{paper.title}: {setting.name}",
                     launcher=launcher)
-    tuned, edges = {}, {}
-    if tune:
-        methods = json.loads((folder / "tuning.json").read_text())["methods"]
-        tuned = {method: point_label(result["selected"]) for method, result in methods.items()}
-        edges = {method: keys for method, result in methods.items()
-                 if (keys := at_grid_edge(result["selected"], [entry["setting"] for entry in result["grid"]]))}
+    tuning = grid.tuning
+    budget = {} if tuning is None else {
+        method: f"{tuning.budget} on {result['metric']}" for method, result in tuning.methods.items()}
     return SettingResults(setting, list(seeds), grid.rows, grid.runs, [float(r["seconds"]) for r in grid.records],
-                          tuned, edges)
+                          {} if tuning is None else tuning.selected, {} if tuning is None else tuning.at_edge, budget)
+
+
+def tunes_by_default(scale: str) -> bool:
+    """Whether a reproduction at ``scale`` tunes unless told: at ``small`` yes; at ``paper`` (the paper's settings
+    as printed) and ``smoke`` (a check of the pipeline) no."""
+    return scale == "small"
 
 
 def reproduce(paper: Paper, scale: str, seeds: Sequence[int], save_dir: Path, docs_dir: Path | None,
-              jobs: int | None = None, tune: bool = False, command: str = "",
-              launcher: Callable[[Run], float] = launch) -> tuple[str, list[Verdict]]:
+              jobs: int | None = None, tune: bool | None = None, command: str = "",
+              launcher: Callable[[Run], float] = launch, trials: int | None = None) -> tuple[str, list[Verdict]]:
     """Run ``paper``'s settings at ``scale`` over ``seeds`` and write the report.
 
     Args:
@@ -57,19 +65,21 @@ def reproduce(paper: Paper, scale: str, seeds: Sequence[int], save_dir: Path, do
         save_dir: Runs and the report go to ``<save_dir>/<setting>/`` and ``<save_dir>/report.md``.
         docs_dir: Also write the report to ``<docs_dir>/<paper>.md`` (``None``: don't).
         jobs: Training processes at a time (default: one per core).
-        tune: Select each setting's baselines' hyperparameters on the validation splits first (the
-            staged search of :func:`~lightning_fl.experiments.tuning.tune`, on the seed after the
-            largest of ``seeds``); the paper's own methods keep the paper's.
+        tune: Tune every method of each setting (its ``tuned_methods``) with the same budget on the
+            validation splits first (:func:`~lightning_fl.experiments.tuning.tune`, on the tuning seeds,
+            never ``seeds``); ``None``: :func:`tunes_by_default` (at ``paper`` the paper's settings run as printed).
         command: The command line shown in the report.
         launcher: Trains one run (tests may fake it).
+        trials: Trials per tuned method (default :data:`~lightning_fl.experiments.tuning.DEFAULT_TRIALS`).
 
     Returns:
         ``(report markdown, verdicts)``.
     """
     started = time.perf_counter()
+    tune = tunes_by_default(scale) if tune is None else tune
     sections, evidence, all_values = [], [], {}
     for setting in paper.settings(scale):
-        results = _run_setting(paper, setting, seeds, save_dir, jobs, tune, launcher)
+        results = _run_setting(paper, setting, seeds, save_dir, jobs, tune, launcher, trials)
         values = _metric_values(paper, results, seeds)
         values |= best_of_values(setting, paper.metrics, values)
         all_values |= {(setting.name, method, key): v for (method, key), v in values.items()}

@@ -36,12 +36,10 @@ class Setting:
             method, its value per seed and metric being the best of its members' (the highest where
             higher is better, else the lowest), e.g. a baseline a paper reports at its best setting
             ("the least time over tau_c 4, 6, 8"). Nothing trains for it.
-        tuned_methods: The methods whose hyperparameters a tuned reproduction selects on the validation
-            splits, the first selecting the client lr for the rest (the staged search of
-            :func:`~lightning_fl.experiments.tuning.tune`): the baselines, and a method of the paper
-            only where the paper uses one lr for every method (Tempo: it then takes the selected lr,
-            having no parameter of its own). The others run at the paper's hyperparameters. Empty:
-            nothing is tuned in this setting.
+        tuned_methods: The methods a tuned reproduction tunes on the validation splits, every one with the
+            same budget (:func:`~lightning_fl.experiments.tuning.tune`). ``None`` (the default): every
+            method, the paper's own included; a list: only those (the others run at the config's values,
+            and the report says so); empty: nothing is tuned in this setting.
         objectives: ``{method: val/* metric}`` each tuned method is selected on (the metric its claims
             compare it on, e.g. q-FFL on ``val/acc_worst20``); a method not named uses ``val/acc_mean``.
 
@@ -55,11 +53,11 @@ class Setting:
     common: Mapping[str, Any] = field(default_factory=dict)
     changes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     best_of: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    tuned_methods: Sequence[str] = ()
+    tuned_methods: Sequence[str] | None = None
     objectives: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        unknown = [m for m in self.tuned_methods if m not in self.methods]
+        unknown = [m for m in self.tuned_methods or () if m not in self.methods]
         if unknown:
             raise ConfigError(f"tuned_methods: {unknown} are not methods of the setting ({', '.join(self.methods)})")
         for name, members in self.best_of.items():

@@ -5,6 +5,8 @@ of a split: the global model ``w^t``, each client's personal model (the aggregat
 ``evaluated_rows``) or ``w^t`` fine-tuned for ``k`` steps and discarded (FedAvg-FT), over the declared
 client set. Clients outside the set get ``total = 0``, which every fairness statistic leaves out. The
 held-out unseen clients are scored separately (``<stage>/unseen/*``) and give the participation gap.
+With ``client_subset: m`` each evaluation round scores only ``m`` clients drawn by ``(seed, round)``
+(:meth:`ProtocolEvaluation.subset`); the global model then runs on their samples alone.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from lightning_fl.personalization.personal_part import part_names
 from lightning_fl.personalization.protocol import EvalProtocol
 from lightning_fl.personalization.pull_towards_global import PullTowardsGlobal
 from lightning_fl.simulation.callback import AggregationCallback
-from lightning_fl.simulation.sampling import ClientSampler
+from lightning_fl.simulation.sampling import ClientSampler, sample_without_replacement
 from lightning_fl.state.client_state import ClientStateStore
 from lightning_fl.state.data import FederatedData
 from lightning_fl.state.flat_state import FlatStateLayout
+from lightning_fl.state.seeding import generator_for
 
 #: Clients whose personal or fine-tuned rows are built at once (bounds memory to a few models).
 _ROWS_AT_ONCE = 32
@@ -46,12 +49,13 @@ class ProtocolEvaluation:
         unseen: Sorted ids of the held-out clients (empty: none).
         batch_size: Samples per forward pass.
         sharding: The run's processes (the global model's chunks are split over them).
+        seed: The run seed (the evaluated subset of ``client_subset`` is keyed by it and the round).
     """
 
     def __init__(self, protocol: EvalProtocol, *, model: ClientModule, data: FederatedData, layout: FlatStateLayout,
                  engine: ClientEngine, store: ClientStateStore, aggregator: AggregationCallback, unseen: Tensor,
-                 batch_size: int, sharding: ChunkSharding | None = None) -> None:
-        self.protocol, self.model, self.data, self.layout = protocol, model, data, layout
+                 batch_size: int, sharding: ChunkSharding | None = None, seed: int = 0) -> None:
+        self.protocol, self.model, self.data, self.layout, self.seed = protocol, model, data, layout, seed
         self.engine, self.store, self.aggregator = engine, store, aggregator
         self.unseen, self.batch_size, self.sharding = unseen, batch_size, sharding
 
@@ -76,7 +80,7 @@ class ProtocolEvaluation:
         unseen = protocol.unseen_clients(seed, n)
         if len(unseen):
             sampler.hold_out(unseen)
-        return cls(protocol, unseen=unseen, **parts)
+        return cls(protocol, unseen=unseen, seed=seed, **parts)
 
     @property
     def evaluated(self) -> str:
@@ -87,7 +91,22 @@ class ProtocolEvaluation:
     @property
     def is_default(self) -> bool:
         """The global model on every client, nobody held out: what every run without ``model.eval`` reports."""
-        return self.protocol.model == "global" and self.protocol.effective_clients == "all" and not len(self.unseen)
+        return (self.protocol.model == "global" and self.protocol.effective_clients == "all" and not len(self.unseen)
+                and self.protocol.client_subset is None)
+
+    def subset(self, round_number: int) -> Tensor:
+        """``(N,)`` bool: the clients evaluated at ``round_number`` (all of them without ``client_subset``).
+
+        ``m`` ids drawn uniformly without replacement in ``O(m)`` (Floyd's algorithm) from the stream
+        ``(seed, "eval_subset", round_number)``: the same on every rank, in every engine, and for the
+        ``val`` and ``test`` splits of one evaluation.
+        """
+        n, m = self.data.num_clients, self.protocol.client_subset
+        if m is None:
+            return torch.ones(n, dtype=torch.bool)
+        mask = torch.zeros(n, dtype=torch.bool)
+        mask[sample_without_replacement(n, m, generator_for(self.seed, "eval_subset", round_number))] = True
+        return mask
 
     def evaluate(self, stage: str, round_number: int, counted: Tensor | None) -> tuple[list[ClientEvaluation],
                                                                                       dict[str, float]]:
@@ -97,6 +116,8 @@ class ProtocolEvaluation:
         unseen[self.unseen] = True
         clients = self.protocol.effective_clients
         members = {"all": ~unseen, "participated": (self.store.participation > 0) & ~unseen, "unseen": unseen}[clients]
+        subset = self.subset(round_number)
+        members, unseen = members & subset, unseen & subset
         main = self._score(stage, round_number, self.protocol.model, members, counted)
         evaluations, scalars = [main], {}
         if len(self.unseen) and clients != "unseen":
@@ -112,7 +133,9 @@ class ProtocolEvaluation:
                ) -> ClientEvaluation:
         x, y, offsets = self.data.split(stage.split("/")[0])
         values: dict[str, Tensor] = {}
-        if kind == "global":
+        if kind == "global" and self.protocol.client_subset is not None:
+            correct, total, loss_sum, values = self._global_on(members.nonzero().flatten(), stage, x, y, offsets)
+        elif kind == "global":
             correct, total, loss_sum, values = evaluate_split(self.model, stage, x, y, offsets, self.batch_size,
                                                               self.sharding)
         else:
@@ -134,6 +157,32 @@ class ProtocolEvaluation:
         values = {key: torch.where(members, v, torch.full_like(v, float("nan"))) for key, v in values.items()}
         return ClientEvaluation(stage, round_number, correct, total, loss_sum,
                                 None if counted is None else keep | ~members, values)
+
+    def _global_on(self, ids: Tensor, stage: str, x: Tensor, y: Tensor, offsets: Tensor
+                   ) -> tuple[Tensor, Tensor, Tensor, dict[str, Tensor]]:
+        """The global model on clients ``ids`` only (their samples gathered), as ``(N,)`` per-client results.
+
+        Each client's numbers come from its own samples alone, so they equal what scoring every client
+        would give it; the other clients get zeros (``NaN`` for the module's own metrics).
+        """
+        n = self.data.num_clients
+        starts, sizes = offsets[ids].cpu(), offsets.diff()[ids].cpu()
+        sub_offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+        # Sample positions of every chosen client, in order: its start, plus 0 .. n_k - 1.
+        index = torch.repeat_interleave(starts - sub_offsets[:-1], sizes) + torch.arange(int(sub_offsets[-1]))
+        index = index.to(x.device)
+        sub = evaluate_split(self.model, stage, x[index], y[index], sub_offsets.to(offsets.device), self.batch_size,
+                             self.sharding)
+        full = []
+        for part in sub[:3]:
+            out = torch.zeros(n, dtype=torch.float64)
+            out[ids] = part.double().cpu()
+            full.append(out)
+        values = {}
+        for key, part in sub[3].items():
+            values[key] = torch.full((n,), float("nan"), dtype=torch.float64)
+            values[key][ids] = part.double().cpu()
+        return full[0], full[1], full[2], values
 
     def _rows(self, kind: str, client_ids: Tensor, global_w: Tensor, round_number: int) -> Tensor:
         if kind == "finetuned":

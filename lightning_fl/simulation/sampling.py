@@ -1,4 +1,10 @@
-"""Cohort sampling (docs/algorithms.md, Sampling): which clients train in round ``t``."""
+"""Cohort sampling (docs/algorithms.md, Sampling): which clients train in round ``t``.
+
+Uniform sampling without replacement takes the first ``K`` of a permutation of the ``N`` ids while
+``N <= LARGE_FEDERATION`` (what every run has drawn so far, kept bitwise), and above it draws the ``K``
+ids with Robert Floyd's algorithm (:func:`sample_without_replacement`, :func:`floyd_subset`): ``O(K)`` time and memory, no
+``N``-sized permutation, so a round of a million-client federation costs what its cohort costs.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,59 @@ from lightning_fl.faults.validation import ConfigError, check_choice, check_posi
 from lightning_fl.state.seeding import client_uniforms, generator_for
 
 SAMPLING_MODES = ("uniform", "by_samples", "all")
+#: Above this many candidates, uniform cohorts come from :func:`sample_without_replacement` (``O(K)``),
+#: not from an ``N``-sized permutation; at or below it the permutation's draws are kept bitwise.
+LARGE_FEDERATION = 100_000
+
+
+def floyd_subset(n: int, uniforms: list[float]) -> list[int]:
+    """Floyd's algorithm on given uniforms: ``len(uniforms)`` distinct ids of ``range(n)``, ascending.
+
+    Robert Floyd's algorithm (Bentley & Floyd, "A sample of brilliance", CACM 1987): with
+    ``k = len(uniforms)``, for ``j = n - k, ..., n - 1`` take ``t = floor(u_j (j + 1))``, uniform in
+    ``[0, j]``, and keep ``t``, or ``j`` when ``t`` is already kept. Every ``k``-subset comes out with
+    probability ``1 / C(n, k)`` (by induction on ``j``), and nothing of size ``n`` is built.
+
+    Example:
+        >>> floyd_subset(5, [0.9, 0.5, 0.1])  # t = 2; t = 2 taken, so 3; t = 0
+        [0, 2, 3]
+    """
+    k = len(uniforms)
+    if not 0 <= k <= n:
+        raise ValueError(f"cannot draw {k} distinct ids from {n}")
+    chosen: set[int] = set()
+    for u, j in zip(uniforms, range(n - k, n)):
+        t = min(int(u * (j + 1)), j)  # min: guards the float product against rounding up to j + 1
+        chosen.add(j if t in chosen else t)
+    return sorted(chosen)
+
+
+def sample_without_replacement(n: int, k: int, generator: torch.Generator) -> Tensor:
+    """``k`` distinct ids drawn uniformly from ``range(n)``, in ``O(k)`` time and memory (:func:`floyd_subset`).
+
+    The ``k`` uniforms are one float64 draw of ``generator``, so the rounding bias of
+    ``floor(u (j + 1))`` is below ``n / 2**53``.
+
+    Args:
+        n: The population size ``N``.
+        k: How many to draw, ``0 <= k <= n``.
+        generator: Source of randomness (e.g. keyed by ``(seed, round)``).
+
+    Returns:
+        ``(k,)`` int64 ids, ascending.
+
+    Raises:
+        ValueError: If ``k`` is outside ``[0, n]``.
+
+    Example:
+        >>> ids = sample_without_replacement(10**9, 3, torch.Generator().manual_seed(0))
+        >>> len(ids), len(set(ids.tolist())), bool((ids >= 0).all() and (ids < 10**9).all())
+        (3, 3, True)
+    """
+    if not 0 <= k <= n:
+        raise ValueError(f"cannot draw {k} distinct ids from {n}")
+    uniforms = torch.rand(k, generator=generator, dtype=torch.float64).tolist()
+    return torch.tensor(floyd_subset(n, uniforms), dtype=torch.long)
 
 
 class ClientSampler:
@@ -22,7 +81,7 @@ class ClientSampler:
     Args:
         num_clients: ``N``, the number of clients.
         clients_per_round: ``K``; ``1 <= K <= N``.
-        mode: ``uniform`` (without replacement), ``by_samples`` (without replacement, probability
+        mode: ``uniform`` (without replacement; ``O(K)`` above ``LARGE_FEDERATION`` candidates), ``by_samples`` (without replacement, probability
             proportional to ``n_k``) or ``all`` (every client, every round).
         seed: Run seed.
         num_samples: ``n_k`` for every client; required for ``by_samples``.
@@ -93,6 +152,8 @@ class ClientSampler:
         if self.mode == "by_samples":
             weights = self.num_samples if candidates is None else self.num_samples[candidates]
             chosen = torch.multinomial(weights, k, replacement=False, generator=gen)
+        elif pool > LARGE_FEDERATION:
+            chosen = sample_without_replacement(pool, k, gen)
         else:
             chosen = torch.randperm(pool, generator=gen)[:k]
         return (chosen if candidates is None else candidates[chosen]).sort().values

@@ -139,6 +139,8 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     "Ditto-personal": ([cb.Ditto(lam=0.5)], {"client": MLP8, "eval": EvalProtocol(
         model="personal", unseen_fraction=0.2, on_missing_personal="finetune", finetune_steps=2)}),
     "FedRep-BatchNorm": ([cb.FedRep(head_epochs=2)], {"client": MLP8_BN}),
+    # model.eval.client_subset: the clients scored each evaluation drawn by (seed, round), the same on every rank
+    "FedAvg-eval-subset": ([cb.FedAvg()], {"eval": EvalProtocol(client_subset=3)}),
     # Plain LightningModules (issue 25; q-FFL's above reads one's training loss): one judged by its own logged
     # MSE on real-valued targets (configs/user_modules/regression.yaml), its configure_optimizers on the clients
     "UserModule-regression": ([cb.FedAvg(), cb.FairnessMetrics(fairness_metric="mse")],

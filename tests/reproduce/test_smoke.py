@@ -46,23 +46,24 @@ def test_bad_arguments_are_one_line(capsys) -> None:
     assert capsys.readouterr().err.strip() == "error: scale must be one of small, paper, smoke; got 'huge'"
 
 
-def test_a_tuned_reproduction_selects_the_baselines_on_validation_and_keeps_the_papers_method(tmp_path) -> None:
+def test_a_tuned_reproduction_tunes_its_methods_on_validation_with_one_budget(tmp_path) -> None:
     paper = load_paper("fedfa")
-    report, _ = reproduce(paper, "smoke", [0], tmp_path / "runs", None, jobs=1, tune=True,
+    report, _ = reproduce(paper, "smoke", [0], tmp_path / "runs", None, jobs=1, tune=True, trials=2,
                           launcher=partial(launch, train=partial(_train_in_process)))
     [setting] = paper.settings("smoke")
     folder = tmp_path / "runs" / setting.folder
     tuning = json.loads((folder / "tuning.json").read_text())
-    assert list(tuning["methods"]) == ["FedAvg"] and tuning["seed"] == 1  # the seed after the reported ones
-    lr = tuning["methods"]["FedAvg"]["selected"]["client_lr"]
-    assert f"Selected on the validation splits: FedAvg client_lr={lr:g} (" in report
-    at_edge = lr in (0.003, 0.1)  # the ends of the client lr grid
-    assert ("At the edge of its grid (a wider grid may do better): FedAvg's client_lr." in report) == at_edge
-    assert "the claims are tested against tuned baselines" in report
+    tuned = list(setting.methods if setting.tuned_methods is None else setting.tuned_methods)
+    assert list(tuning["methods"]) == tuned and tuning["seeds"] == [1000, 1001]  # never the reporting seed 0
+    for method in tuned:
+        assert len(tuning["methods"][method]["trials"]) == 2
+        assert sorted(p.name for p in (folder / "tuning" / method).glob("trial_*/seed_*")) == \
+            ["seed_1000", "seed_1000", "seed_1001", "seed_1001"]
+    lr = tuning["methods"][tuned[0]]["selected"]["client_lr"]
+    assert f"Selected on the validation splits: {tuned[0]} client_lr={lr:.3g}" in report
+    assert "2 trials x 2 seeds (1000, 1001) per method" in report
     runs = {(r["method"], Path(r["config"]).parent.name) for r in _run_configs(folder)}
-    assert runs == {("FedAvg", "tuned"), ("FedFa", "configs")}  # FedFa runs its config as derived
-    assert sorted(p.parent.name for p in (folder / "tuning" / "FedAvg").glob("*/seed_1")) == \
-        [f"client_lr={lr:g}" for lr in (0.003, 0.01, 0.03, 0.1)]
+    assert runs == {(m, "tuned" if m in tuned else "configs") for m in setting.methods}
 
 
 def _run_configs(folder: Path) -> list[dict]:
