@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import csv
+import json
 import math
+from pathlib import Path
 from typing import Any
+
+import torch
 
 from lightning_fl.callbacks.fedfa import log_client_weights
 from torch import Tensor
@@ -20,6 +25,53 @@ from lightning_fl.simulation.callback import AggregationCallback
 from lightning_fl.simulation.federation import Federation
 
 CLIENT_LR = "client_lr"
+#: ``population`` values other than a file: the public uniform ``P`` of the DP-safe variant.
+UNIFORM = "uniform"
+#: File types ``population`` reads.
+POPULATION_FILES = (".json", ".csv", ".pt")
+
+
+def load_population(path: str) -> Tensor:
+    """A declared label distribution ``P`` from ``path``: ``C`` non-negative numbers, normalised to sum 1 (fp64).
+
+    ``.json``: a list of numbers; ``.csv``: the numbers, comma- or line-separated (a first line that is not
+    numeric, a header, is skipped); ``.pt``: a tensor (or list) saved with ``torch.save``.
+
+    Raises:
+        ConfigError: In one line naming ``population``, if the file is missing, of another type, unreadable,
+            or not at least two finite non-negative numbers with a positive sum.
+    """
+    file = Path(path)
+    suffix = file.suffix.lower()
+    if suffix not in POPULATION_FILES:
+        raise ConfigError(f"population must be '{UNIFORM}' or a {', '.join(POPULATION_FILES)} file of label"
+                          f" frequencies; got {path!r}")
+    if not file.is_file():
+        raise ConfigError(f"population: the file {path!r} does not exist")
+    try:
+        if suffix == ".json":
+            values = json.loads(file.read_text())
+        elif suffix == ".csv":
+            rows = [cell.strip() for row in csv.reader(file.read_text().splitlines()) for cell in row if cell.strip()]
+            values = [float(v) for v in (rows[1:] if rows and not _is_number(rows[0]) else rows)]
+        else:
+            values = torch.load(file, weights_only=True)
+        population = torch.as_tensor(values, dtype=torch.float64).flatten()
+    except (ValueError, TypeError, RuntimeError, OSError) as err:  # json errors are ValueErrors
+        raise ConfigError(f"population: cannot read {path!r} as a list of numbers ({type(err).__name__})") from None
+    if population.numel() < 2 or not bool(torch.isfinite(population).all()) or bool((population < 0).any()) \
+            or float(population.sum()) <= 0:
+        raise ConfigError(f"population: {path!r} must hold at least two finite numbers >= 0 with a positive sum"
+                          f" (one per label); got {population.tolist()[:10]}")
+    return population / population.sum()
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 class DWFed(AggregationCallback):
@@ -62,16 +114,23 @@ class DWFed(AggregationCallback):
         weight_by_samples: Multiply ``ISH_k`` by ``n_k`` before normalising. Default ``False``.
         figure_every_n_rounds: Log the weights bar chart every this many rounds (0: never). Default 1.
         dp_safe: The DP-safe variant (ours, not the paper's;
-            docs/algorithms.md, Client-level differential privacy): the public uniform ``P`` instead of one
-            built from every client's labels, ``K := model.clients_per_round`` (the expected cohort ``qN``) and
-            ``ISH_k`` never normalised over the cohort, so ``model.dp`` sums them over a fixed denominator.
+            docs/algorithms.md, Client-level differential privacy): a public ``P`` (``population``: uniform or
+            declared) instead of one built from every client's labels, ``K := model.clients_per_round`` (the
+            expected cohort ``qN``) and ``ISH_k`` never normalised over the cohort, so ``model.dp`` sums them
+            over a fixed denominator.
             Not with ``weight_by_samples`` (``ISH_k n_k`` is unbounded). Without ``model.dp`` the cohort is
             averaged with ``ISH_k / sum ISH``. It always uses the L1 form (``distance: l1``).
+        population: The DP-safe variant's public ``P``: ``uniform`` (default, ``1/C`` per label) or a file
+            (``.json``, ``.csv`` or ``.pt``) of ``C`` non-negative label frequencies, normalised, declared
+            from public knowledge (e.g. a census of the labels), never from the clients' data. Read when the
+            callback is built; ``C`` is checked against the data at set-up.
 
     Raises:
         ConfigError: If ``eta_ish`` is negative, not finite or a string other than ``client_lr``,
             ``distance`` is not ``l1`` or ``wasserstein``, ``figure_every_n_rounds`` is not an integer
-            ``>= 0``, or ``dp_safe`` is combined with ``weight_by_samples`` or ``distance: wasserstein``.
+            ``>= 0``, ``dp_safe`` is combined with ``weight_by_samples`` or ``distance: wasserstein``,
+            ``population`` is a file without ``dp_safe`` or not a readable distribution, or its length
+            is not the data's number of labels.
 
     Example (YAML)::
 
@@ -82,7 +141,8 @@ class DWFed(AggregationCallback):
     supports_reduce = True  # only weighted sums of the clients' weights (model.exchange: reduce)
 
     def __init__(self, eta_ish: float | str = 1.0, weight_by_samples: bool = False,
-                 figure_every_n_rounds: int = 1, dp_safe: bool = False, distance: str = "l1") -> None:
+                 figure_every_n_rounds: int = 1, dp_safe: bool = False, distance: str = "l1",
+                 population: str = UNIFORM) -> None:
         super().__init__()
         if isinstance(eta_ish, str):
             if eta_ish != CLIENT_LR:
@@ -101,6 +161,14 @@ class DWFed(AggregationCallback):
         if dp_safe and distance != "l1":
             raise ConfigError("dp_safe: DWFed's DP-safe weights use distance l1 (against the public uniform P);"
                               f" got distance {distance!r}")
+        if not isinstance(population, str):
+            raise ConfigError(f"population must be '{UNIFORM}' or a path to a .json, .csv or .pt file;"
+                              f" got {population!r}")
+        if population != UNIFORM and not dp_safe:
+            raise ConfigError("population: a declared P is the DP-safe variant's (set dp_safe: true); without it DWFed"
+                              " builds P from every client's labels")
+        self.population = population
+        self.public_population = None if population == UNIFORM else load_population(population)
         self.eta_ish = eta_ish
         self.weight_by_samples = weight_by_samples
         self.distance = distance
@@ -114,6 +182,9 @@ class DWFed(AggregationCallback):
         if federation.num_classes == 0:
             raise ConfigError("DWFed weights clients by their label distributions; this data has real-valued targets"
                               " (num_classes 0, e.g. SyntheticRegressionDataModule): use another aggregation")
+        if self.public_population is not None and len(self.public_population) != federation.num_classes:
+            raise ConfigError(f"population: {self.population!r} holds {len(self.public_population)} frequencies; the"
+                              f" data has {federation.num_classes} labels")
 
     def eta(self, federation: Federation) -> float:
         """The ``eta`` used in ``ISH_k`` (the client lr for ``eta_ish: client_lr``)."""
@@ -129,10 +200,10 @@ class DWFed(AggregationCallback):
     @override
     def combination(self, round_idx: int, global_w: Tensor, update: CohortUpdate, federation: Federation,
                     log: RoundLogger) -> Combination:
-        if self.dp_safe:  # each client's own labels against the public uniform P, K := qN
+        if self.dp_safe:  # each client's own labels against the public P (uniform or declared), K := qN
             ids = update.client_ids.to(federation.label_histograms.device).long()
             own = dp_safe_ish_weights(federation.label_histograms[ids], float(federation.clients_per_round),
-                                      self.eta(federation)).to(global_w)
+                                      self.eta(federation), self.public_population).to(global_w)
             weights, degenerate = normalize_weights(own)
             if degenerate:
                 self.warn_degenerate_once("ISH weights", round_idx)

@@ -117,11 +117,13 @@ def dp_safe_qffl_weights(losses: Tensor, q: float, f_max: float) -> Tensor:
     return (torch.clamp(losses.double(), min=0.0, max=f_max) / f_max) ** q
 
 
-def dp_safe_ish_weights(label_histograms: Tensor, expected_cohort: float, eta_ish: float = 1.0) -> Tensor:
-    """DP-safe DWFed (ours): ``ISH_k = max(0, (1 - eta D_k / K) / (1 + D_k))`` against the public uniform ``P``.
+def dp_safe_ish_weights(label_histograms: Tensor, expected_cohort: float, eta_ish: float = 1.0,
+                        population: Tensor | None = None) -> Tensor:
+    """DP-safe DWFed (ours): ``ISH_k = max(0, (1 - eta D_k / K) / (1 + D_k))`` against a public ``P``.
 
-    ``D_k = sum_c |p_k(c) - 1/C|`` reads client ``k``'s own labels only, ``K := qN`` (the realised cohort
-    size would couple the clients), and ``ISH_k in [0, 1]`` is not normalised over the cohort.
+    ``D_k = sum_c |p_k(c) - P(c)|`` reads client ``k``'s own labels and the public ``P`` only (uniform
+    ``1/C`` by default, or a declared distribution), ``K := qN`` (the realised cohort size would couple
+    the clients), and ``ISH_k in [0, 1]`` is not normalised over the cohort.
 
     Example:
         >>> dp_safe_ish_weights(torch.tensor([[5, 5], [10, 0]]), 2.0).tolist()  # D = (0, 1)
@@ -129,7 +131,9 @@ def dp_safe_ish_weights(label_histograms: Tensor, expected_cohort: float, eta_is
     """
     counts = label_histograms.double()
     p = counts / counts.sum(dim=1, keepdim=True).clamp_min(1)
-    emd = (p - 1.0 / counts.shape[1]).abs().sum(dim=1)
+    public = torch.full((counts.shape[1],), 1.0 / counts.shape[1], dtype=torch.float64) if population is None \
+        else population.double().to(counts.device)
+    emd = (p - public).abs().sum(dim=1)
     return ((1.0 - eta_ish * emd / expected_cohort) / (1.0 + emd)).clamp_min(0.0)
 
 

@@ -1,0 +1,119 @@
+"""Central DP's cost per round on J1 and J2, side by side in one run (docs/performance.md, Client-level DP).
+
+``python -m bench.dp_overhead [--rounds 20] [--repeats 3]`` (part of ``make bench``) alternates, per job, a
+run without DP (FedAvg, ``K`` of ``N`` clients), the same without clipping or noise but with DP's Poisson
+sampling at ``q = K/N`` and fixed denominator (``noise_multiplier: 0, clip_norm: .inf``: the same cohorts as
+the DP run, whose sizes vary), and one with central DP (flat L2 clipping, Gaussian noise on the sum, and
+``dp/epsilon`` from the PLD accountant after every round), and prints the median wall time per round of
+each and their ratios to the first.
+A round's time is the wall clock between consecutive round ends (training, aggregation, the DP
+stages and the accounting; evaluation is off), the first round left out (one-off set-up).
+``--no-accounting`` also times DP without the per-round ``dp/epsilon`` (the mechanism alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+JOBS = ("J1", "J2")
+
+
+def round_seconds(job_name: str, rounds: int, dp: bool, accounting: bool = True, noise: bool = True) -> float:
+    """The median seconds per round of ``job_name`` trained ``rounds + 1`` rounds with or without central DP."""
+    import pytorch_lightning as pl
+    import torch
+
+    from bench.jobs import build_jobs
+    from lightning_fl.callbacks import FedAvg
+    from lightning_fl.privacy import DifferentialPrivacy
+    from lightning_fl.simulation.datamodule import FederatedDataModule
+    from lightning_fl.simulation.loop import FederatedLoop
+
+    job = build_jobs()[job_name]
+
+    class JobData(FederatedDataModule):
+        def build_data(self):  # noqa: ANN202
+            return job.make_data()
+
+    ends: list[float] = []
+
+    class RoundEnds(pl.Callback):  # everything a round does (the DP stages and dp/epsilon too), not evaluation
+        def on_train_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+            ends.append(time.perf_counter())
+
+    privacy = None
+    if dp:
+        privacy = DifferentialPrivacy(noise_multiplier=1.0 if noise else 0.0, clip_norm=1.0 if noise else math.inf,
+                                      sampling="poisson")
+    if privacy is not None and not accounting:
+        privacy.log_round = _no_log  # the mechanism alone: what the accountant adds is the difference
+        privacy.on_budget = "continue"
+    torch.manual_seed(0)
+    loop = FederatedLoop(client=job.make_model(), optimizer=job.optimizer, clients_per_round=job.clients_per_round,
+                         local_epochs=job.run_epochs, batch_size=job.batch_size, seed=0, dp=privacy)
+    trainer = pl.Trainer(max_epochs=rounds + 1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                         limit_val_batches=0, default_root_dir=tempfile.mkdtemp(prefix="lfl-dp-bench-"),
+                         callbacks=[FedAvg(weighting="uniform"), RoundEnds()])
+    trainer.fit(loop, datamodule=JobData())
+    return statistics.median(b - a for a, b in zip(ends, ends[1:], strict=False)) * job.epoch_scale
+
+
+def _no_log(log: object) -> None:
+    return None
+
+
+def compare(rounds: int, repeats: int, accounting_off: bool,
+            timer: Callable[..., float] = round_seconds) -> dict[str, dict[str, float]]:
+    """``{job: {variant: median seconds per round}}``, the variants alternated ``repeats`` times per job."""
+    variants = {"no DP": {"dp": False}, "Poisson, no clip/noise": {"dp": True, "noise": False},
+                "central DP": {"dp": True}}
+    if accounting_off:
+        variants["DP, no accounting"] = {"dp": True, "accounting": False}
+    out = {}
+    for job in JOBS:
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        for _ in range(repeats):  # alternated, so every variant sees the same machine load
+            for name, kwargs in variants.items():
+                times[name].append(timer(job, rounds, **kwargs))
+        out[job] = {name: statistics.median(values) for name, values in times.items()}
+    return out
+
+
+def table(result: dict[str, dict[str, float]]) -> str:
+    """A markdown table: ms per round of each variant and its ratio to ``no DP``.
+
+    Example:
+        >>> print(table({"J1": {"no DP": 0.010, "central DP": 0.0105}}))
+        | Job | no DP (ms/round) | central DP (ms/round) | central DP / no DP |
+        | :--- | ---: | ---: | ---: |
+        | J1 | 10.0 | 10.5 | 1.050 |
+    """
+    names = list(next(iter(result.values())))
+    lines = ["| Job | " + " | ".join(f"{n} (ms/round)" for n in names) + " | "
+             + " | ".join(f"{n} / no DP" for n in names[1:]) + " |", "| :--- |" + " ---: |" * (2 * len(names) - 1)]
+    for job, t in result.items():
+        lines.append(f"| {job} | " + " | ".join(f"{1e3 * t[n]:.1f}" for n in names) + " | "
+                     + " | ".join(f"{t[n] / t['no DP']:.3f}" for n in names[1:]) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20, help="timed rounds per run (after one warm-up round)")
+    parser.add_argument("--repeats", type=int, default=3, help="alternated runs per variant")
+    parser.add_argument("--no-accounting", action="store_true", help="also time DP without the per-round epsilon")
+    args = parser.parse_args(argv)
+    result = compare(args.rounds, args.repeats, args.no_accounting)
+    print(f"Central DP (z = 1, C = 1, Poisson q = K/N, PLD epsilon every round) vs none: median wall time per round,"
+          f" {args.rounds} rounds, median of {args.repeats} alternated runs")
+    print(table(result))
+
+
+if __name__ == "__main__":
+    main()
