@@ -220,7 +220,8 @@ def render_report(paper: Paper, scale: str, seeds: Sequence[int], sections: Sequ
         if results.tuned:
             chosen = "; ".join(f"{method} {point}" for method, point in results.tuned.items())
             edges = "; ".join(f"{method}'s {', '.join(keys)}" for method, keys in results.tuned_at_edge.items())
-            edge_note = f" At the edge of its grid (a wider grid may do better): {edges}." if edges else ""
+            edge_note = (f" Still at the edge of its search space after the widenings the budget allows (a wider"
+                         f" space may do better): {edges}." if edges else "")
             parts.append(f"Selected on the validation splits: {chosen} (`{results.setting.folder}/tuning.md` holds"
                          f" every setting's score).{edge_note}\n")
     parts.append("## Claims\n")
