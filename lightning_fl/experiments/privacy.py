@@ -37,7 +37,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from lightning_fl.experiments.grid import GridResult, run_grid
 from lightning_fl.experiments.launcher import command_line, launch
-from lightning_fl.experiments.robust import _final_client_accuracy, _fmt, _subset
+from lightning_fl.experiments.results import final_client_accuracy, interval_text, pick_subset
 from lightning_fl.experiments.runs import Run, parse_seeds
 from lightning_fl.experiments.stats import Stats, stats
 from lightning_fl.faults.validation import ConfigError
@@ -131,7 +131,7 @@ def paired_losses(private: Sequence[Run], public: Sequence[Run]) -> list[tuple[i
     for run in sorted(private, key=lambda r: r.seed):
         if run.seed not in by_seed:
             continue
-        under, without = _final_client_accuracy(run), _final_client_accuracy(by_seed[run.seed])
+        under, without = final_client_accuracy(run), final_client_accuracy(by_seed[run.seed])
         out += [(run.seed, k, without[k] - under[k]) for k in sorted(set(under) & set(without))]
     return out
 
@@ -168,9 +168,9 @@ def report(result: GridResult, all_cells: Sequence[Cell]) -> tuple[str, list[dic
                "acc_mean": result.summary.get((cell.name, "acc_mean")),
                "acc_worst20": result.summary.get((cell.name, "acc_worst20"))}
         rows.append(row)
-        shown = "inf" if math.isinf(cell.epsilon) else _fmt(row["realised_epsilon"], 1.0).split(" ")[0]
-        lines.append(f"| {cell.method} | {cell.epsilon:g} | {shown} | {_fmt(row['acc_mean'])} |"
-                     f" {_fmt(row['acc_worst20'])} |")
+        shown = "inf" if math.isinf(cell.epsilon) else interval_text(row["realised_epsilon"], 1.0).split(" ")[0]
+        lines.append(f"| {cell.method} | {cell.epsilon:g} | {shown} | {interval_text(row['acc_mean'])} |"
+                     f" {interval_text(row['acc_worst20'])} |")
     return "\n".join(lines) + "\n", rows
 
 
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None, launcher: Callable[[Run], float] = launc
     """Command line: see the module docstring; returns the report (``launcher``, ``features``: tests fake them)."""
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        methods = _subset("methods", args.methods, list(METHODS))
+        methods = pick_subset("methods", args.methods, list(METHODS))
         epsilons = parse_epsilons(args.epsilons)
         if math.inf not in epsilons or args.impact_epsilon not in epsilons or math.isinf(args.impact_epsilon):
             raise ConfigError(f"--impact-epsilon must be a finite one of --epsilons, which must include inf;"

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from lightning_fl.experiments.runs import Run
 from lightning_fl.experiments.stats import Stats, stats
+from lightning_fl.faults.validation import ConfigError
 
-__all__ = ["LONG_HEADER", "final_client_accuracies", "history_rows", "read_long_csv", "summarize",
+__all__ = ["LONG_HEADER", "final_client_accuracies", "final_client_accuracy", "interval_text", "pick_subset", "history_rows", "read_long_csv", "summarize",
            "metric_unit", "summary_csv", "summary_markdown", "table_columns", "write_long_csv"]
 
 #: Columns of the long-format CSV of every evaluation.
@@ -200,6 +201,20 @@ def summary_csv(summary: Mapping[tuple[str, str], Stats]) -> str:
     return buf.getvalue()
 
 
+def final_client_accuracy(run: Run, stage: str = "test") -> dict[int, float]:
+    """``{client: accuracy}`` at ``run``'s last evaluation of ``stage`` (clients with samples in the split);
+    empty when the run wrote no ``client_accuracy.csv`` or no row of ``stage``."""
+    path = run.log_dir / "client_accuracy.csv"
+    if not path.exists():
+        return {}
+    with open(path) as f:
+        records = [r for r in csv.DictReader(f) if r["stage"] == stage and float(r["samples"]) > 0]
+    if not records:
+        return {}
+    last = max(int(r["round"]) for r in records)
+    return {int(r["client"]): float(r["accuracy"]) for r in records if int(r["round"]) == last}
+
+
 def final_client_accuracies(runs: Iterable[Run], stage: str = "test") -> dict[str, list[float]]:
     """``{method: client accuracies}`` at each run's last evaluation of ``stage``, pooled over seeds.
 
@@ -207,12 +222,27 @@ def final_client_accuracies(runs: Iterable[Run], stage: str = "test") -> dict[st
     """
     pooled: dict[str, list[float]] = defaultdict(list)
     for run in runs:
-        path = run.log_dir / "client_accuracy.csv"
-        if not path.exists():
-            continue
-        with open(path) as f:
-            records = [r for r in csv.DictReader(f) if r["stage"] == stage and float(r["samples"]) > 0]
-        if records:
-            last = max(int(r["round"]) for r in records)
-            pooled[run.method] += [float(r["accuracy"]) for r in records if int(r["round"]) == last]
+        accuracies = final_client_accuracy(run, stage)
+        if accuracies:
+            pooled[run.method] += list(accuracies.values())
     return dict(pooled)
+
+
+def interval_text(s: Stats | None, scale: float = 100.0) -> str:
+    """``mean [low, high]`` of a 95% interval, scaled and to one decimal (``–`` for none; no interval for one seed)."""
+    if s is None:
+        return "–"
+    interval = "" if s.n < 2 else f" [{(s.mean - s.ci) * scale:.1f}, {(s.mean + s.ci) * scale:.1f}]"
+    return f"{s.mean * scale:.1f}{interval}"
+
+
+def pick_subset(name: str, text: str, choices: Sequence[str]) -> list[str]:
+    """The comma-separated ``text`` of option ``--<name>`` as a list, each one of ``choices``.
+
+    Raises:
+        ConfigError: For an empty list or an item outside ``choices``.
+    """
+    picked = [c for c in text.split(",") if c]
+    if not picked or any(c not in choices for c in picked):
+        raise ConfigError(f"--{name} must list some of {', '.join(choices)}; got {text!r}")
+    return picked

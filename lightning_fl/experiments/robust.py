@@ -31,6 +31,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from lightning_fl.experiments.grid import GridResult, run_grid
 from lightning_fl.experiments.launcher import command_line, launch
+from lightning_fl.experiments.results import final_client_accuracy, interval_text, pick_subset
 from lightning_fl.experiments.runs import Run, parse_seeds
 from lightning_fl.experiments.stats import Stats, stats
 from lightning_fl.faults.validation import ConfigError
@@ -98,14 +99,6 @@ def _scalars(run: Run) -> dict[str, list[float]]:
     return {tag: [e.value for e in events.Scalars(tag)] for tag in _TAGS if tag in logged}
 
 
-def _final_client_accuracy(run: Run) -> dict[int, float]:
-    """``{client: test accuracy}`` at ``run``'s final evaluation (clients with test samples)."""
-    with open(run.log_dir / "client_accuracy.csv") as f:
-        records = [r for r in csv.DictReader(f) if r["stage"] == "test" and float(r["samples"]) > 0]
-    last = max(int(r["round"]) for r in records)
-    return {int(r["client"]): float(r["accuracy"]) for r in records if int(r["round"]) == last}
-
-
 def paired_drop(attacked: Sequence[Run], clean: Sequence[Run], fraction: float, num_clients: int) -> Stats | None:
     """The honest clients' mean accuracy under attack minus theirs in the run without attack, over the seeds.
 
@@ -118,17 +111,10 @@ def paired_drop(attacked: Sequence[Run], clean: Sequence[Run], fraction: float, 
         if run.seed not in by_seed:
             continue
         honest = set(range(num_clients)) - set(byzantine_clients(num_clients, fraction, run.seed).tolist())
-        under, without = _final_client_accuracy(run), _final_client_accuracy(by_seed[run.seed])
+        under, without = final_client_accuracy(run), final_client_accuracy(by_seed[run.seed])
         common = sorted(honest & set(under) & set(without))
         drops.append(float(np.mean([under[k] for k in common]) - np.mean([without[k] for k in common])))
     return stats(drops) if drops else None
-
-
-def _fmt(s: Stats | None, scale: float = 100.0) -> str:
-    if s is None:
-        return "–"
-    interval = "" if s.n < 2 else f" [{(s.mean - s.ci) * scale:.1f}, {(s.mean + s.ci) * scale:.1f}]"
-    return f"{s.mean * scale:.1f}{interval}"
 
 
 def report(result: GridResult, all_cells: Sequence[Cell], cohort: int, num_clients: int) -> tuple[str, list[dict]]:
@@ -153,9 +139,9 @@ def report(result: GridResult, all_cells: Sequence[Cell], cohort: int, num_clien
                "change_same_clients": None if not cell.fraction else paired_drop(
                    runs, by_method.get(Cell(cell.method, "none", 0.0, cell.rule).name, []), cell.fraction, num_clients)}
         rows.append(row)
-        lines.append(f"| {cell.method} | {cell.attack} | {cell.fraction:g} | {cell.rule} | {_fmt(acc)} |"
-                     f" {_fmt(row['change_same_clients'])} | {_fmt(worst)} |"
-                     f" {_fmt(row['all_acc_mean'])} | {_fmt(row['attacker_weight'])} | {_fmt(row['attacker_share'])} |")
+        cells = (acc, row["change_same_clients"], worst, row["all_acc_mean"], row["attacker_weight"], row["attacker_share"])
+        lines.append(f"| {cell.method} | {cell.attack} | {cell.fraction:g} | {cell.rule} | "
+                     + " | ".join(interval_text(c) for c in cells) + " |")
     return "\n".join(lines) + "\n", rows
 
 
@@ -170,19 +156,12 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _subset(name: str, text: str, choices: Sequence[str]) -> list[str]:
-    picked = [c for c in text.split(",") if c]
-    if not picked or any(c not in choices for c in picked):
-        raise ConfigError(f"--{name} must list some of {', '.join(choices)}; got {text!r}")
-    return picked
-
-
 def main(argv: list[str] | None = None, launcher: Callable[[Run], float] = launch) -> str:
     """Command line: see the module docstring; returns the report (``launcher``: tests train in-process)."""
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        methods = _subset("methods", args.methods, list(METHODS))
-        attacks, rules = _subset("attacks", args.attacks, list(ATTACKS)), _subset("rules", args.rules, list(RULES))
+        methods = pick_subset("methods", args.methods, list(METHODS))
+        attacks, rules = pick_subset("attacks", args.attacks, list(ATTACKS)), pick_subset("rules", args.rules, list(RULES))
         if args.rounds is not None and args.rounds < 1:
             raise ConfigError(f"--rounds must be an integer >= 1; got {args.rounds}")
         all_cells = cells(methods, attacks, rules)
