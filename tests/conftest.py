@@ -112,3 +112,12 @@ def tiny(tmp_path: Path):
         return write_config(tmp_path / f"config_{next(counter)}.yaml", tiny_config(tmp_path / "logs", **overrides))
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _fast_tuning_poll(monkeypatch):
+    """The tuner polls its runs' checkpoints every 0.5 s; the fake launchers finish at once, so the tests
+    poll every 10 ms (what is read and reported does not depend on when)."""
+    from lightning_fl.experiments import tuning_runs
+
+    monkeypatch.setattr(tuning_runs, "POLL_SECONDS", 0.01)

@@ -31,7 +31,11 @@ SYSTEM = {"model.system": {"dropout": 0.3, "speed_mean": 3.0, "speed_sigma": 1.0
 #: A model with a head and a body (the tiny config's logistic regression is all head).
 MLP8 = {"class_path": "lightning_fl.models.MLP", "init_args": {"in_features": 60, "num_classes": 10, "hidden": [8]}}
 
-#: (callback class name, init_args, config overrides). Every stateful callback appears at least once.
+#: (callback class name, init_args, config overrides). Every stateful callback appears at least once; a
+#: variant is kept where it resumes state the others do not (the sequential engine with system
+#: heterogeneity, the hierarchy with FedAdp at the institutions, the disk store); the plain sequential
+#: Scaffold/IGFL and FedAdp-on-a-FedAvg-hierarchy variants were left out for CI time (their state is a
+#: subset of those).
 CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("FedFa", {}, {"model.optimizer.init_args.momentum": 0.9}),
     # b = 3: the run is cut after round 2 of a period, so the resumed run applies it from the saved w^{t+1-b}.
@@ -44,17 +48,14 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("FedAdagrad", {"lr": 0.05}, {}),
     ("FedDyn", {"alpha": 0.1}, {}),
     ("Scaffold", {}, {}),
-    ("Scaffold", {}, {"model.engine": "sequential"}),
     ("Scaffold", {}, {"model.client_state": "disk"}),
     ("Scaffold", {}, SYSTEM),
     ("Scaffold", {}, {**SYSTEM, "model.engine": "sequential"}),
     ("FedFa", {}, {**SYSTEM, "model.optimizer.init_args.momentum": 0.9, "model.keep_client_optimizer_state": True}),
     ("FedAdp", {}, {}),
-    ("FedAdp", {}, HIERARCHY),
     ("FedAdp", {}, {**HIERARCHY_FEDADP, "model.client_state": "disk"}),
     ("IGFLClient", {}, {}),
     ("IGFLServer", {"attention": "time"}, {}),
-    ("IGFL", {"attention": "time"}, {"model.engine": "sequential"}),
     ("IGFL", {"attention": "time"}, {"model.client_state": "disk"}),
     ("Tempo", {"initial_epochs": 2}, HIERARCHY),
     ("CommunicationCost", {"client_bandwidth_mbps": 10.0}, {}),
