@@ -79,15 +79,15 @@ class RandomCharacters(FederatedDataModule):
                              offsets_from_sizes([5] * 8), num_classes=80)
 
 
-#: name -> (callbacks, loop keyword arguments; ``client`` and ``data`` are factories). Every algorithm of the project, the hierarchy with
-#: Tempo, and kept client optimizer states.
+#: name -> (callbacks, loop keyword arguments; ``client`` and ``data`` are factories). Every kind of algorithm of the project, the hierarchy with
+#: Tempo, and kept client optimizer states. FedYogi and FedAdagrad share FedAdam's server step, IGFL holds
+#: both IGFL-C's and IGFL-S's state, and FedAvg/FedFa cover the reduce exchange: those variants were left
+#: out for CI time.
 CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     "FedAvg": ([cb.FedAvg()], {}),
     "FedProx": ([cb.FedProx(mu=0.1)], {}),
     "FedAvgM": ([cb.FedAvgM()], {}),
     "FedAdam": ([cb.FedAdam(lr=0.05)], {}),
-    "FedYogi": ([cb.FedYogi(lr=0.05)], {}),
-    "FedAdagrad": ([cb.FedAdagrad(lr=0.05)], {}),
     "Scaffold": ([cb.Scaffold()], {}),
     "FedNova": ([cb.FedNova()], {"optimizer": _momentum}),
     "QFFL": ([cb.QFFL(q=1.0)], {}),
@@ -96,8 +96,6 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     "FedAdp": ([cb.FedAdp()], {}),
     "FedFa": ([cb.FedFa()], {"optimizer": _momentum}),
     "FedFaMo": ([cb.FedFaMo()], {"optimizer": _momentum}),
-    "IGFLClient": ([cb.IGFLClient()], {}),
-    "IGFLServer": ([cb.IGFLServer(attention="time")], {}),
     "IGFL": ([cb.IGFL(attention="time")], {}),
     "DWFed": ([cb.DWFed()], {}),
     "FedDyn": ([cb.FedDyn(alpha=0.1)], {}),
@@ -105,9 +103,7 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     "KeptMomentum": ([cb.FedAvg()], {"optimizer": _momentum, "keep_client_optimizer_state": True}),
     # model.exchange: reduce (partial weighted sums, equal to float rounding)
     "FedAvg-reduce": ([cb.FedAvg()], {"exchange": "reduce"}),
-    "FedAdam-reduce": ([cb.FedAdam(lr=0.05)], {"exchange": "reduce"}),
     "FedFa-reduce": ([cb.FedFa()], {"optimizer": _momentum, "exchange": "reduce"}),
-    "DWFed-reduce": ([cb.DWFed()], {"exchange": "reduce"}),
     # model.system: dropout, partial stragglers and over-selection decided the same on every rank
     "Scaffold-system": ([cb.Scaffold()], {"system": SystemHeterogeneity(**SYSTEM)}),
     "KeptMomentum-system": ([cb.FedAvg()], {"optimizer": _momentum, "keep_client_optimizer_state": True,
