@@ -109,11 +109,9 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
     "KeptMomentum-system": ([cb.FedAvg()], {"optimizer": _momentum, "keep_client_optimizer_state": True,
                                             "system": SystemHeterogeneity(**SYSTEM)}),
     "FedAvg-system-reduce": ([cb.FedAvg()], {"exchange": "reduce", "system": SystemHeterogeneity(**SYSTEM)}),
-    # model.aggregation and model.attack: every rule and pre-aggregator, and every attack, on the gathered stack
-    "MultiKrum": ([cb.DWFed()], {"aggregation": ag.AggregationPipeline(rule=ag.MultiKrum(), f=1)}),
-    "Bulyan": ([cb.FedAvg()], {"aggregation": ag.AggregationPipeline(rule=ag.Bulyan(), f=0)}),
-    "NNM-Median": ([cb.FedAvg()], {"aggregation": ag.AggregationPipeline(
-        pre_aggregator=ag.NearestNeighbourMixing(), rule=ag.Median(), f=1)}),
+    # model.aggregation and model.attack on the gathered stack: a random pre-aggregator, a random attack and a
+    # composed pipeline (the rules and the other attacks are deterministic functions of the same gathered stack;
+    # their two-process cases were left out for CI time)
     "Bucketing-weighted-TrimmedMean": ([cb.FedNova()], {"aggregation": ag.AggregationPipeline(
         pre_aggregator=ag.Bucketing(2), rule=ag.TrimmedMean(beta=0.2, weighted=True), f=1)}),
     "FedFa-ALIE-composed": ([cb.FedFa(server_momentum=0.0)], {
@@ -121,12 +119,6 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
             transforms=[ag.NormClip(1.0)], rule=ag.TrimmedMean(), server_optimizer=ag.ServerAdam(lr=0.05))}),
     "LabelFlip-Gaussian-Median": ([cb.FedAvg()], {"attack": attacks.Gaussian(0.25, flip_labels=True),
                                                   "aggregation": ag.AggregationPipeline(rule=ag.Median())}),
-    "IPM-Krum": ([cb.FedAvg()], {"attack": attacks.IPM(0.25), "aggregation": ag.AggregationPipeline(
-        rule=ag.Krum(), f=1)}),
-    "Scale-GeometricMedian": ([cb.Scaffold()], {"attack": attacks.Scale(0.25), "aggregation": ag.AggregationPipeline(
-        rule=ag.GeometricMedian())}),
-    "SignFlip-CenteredClipping": ([cb.QFFL(q=1.0)], {"attack": attacks.SignFlip(0.25), "aggregation":
-                                  ag.AggregationPipeline(rule=ag.CenteredClipping(tau=0.5))}),
     # model.dp: Poisson cohorts, the clip with adaptive C_t, the noise drawn once after the gather
     "DP-FedAvgM-adaptive": ([cb.FedAvgM()], {"dp": DifferentialPrivacy(
         noise_multiplier=1.0, clip_norm=0.5, sampling_rate=0.5, adaptive=AdaptiveClipping(count_noise=2.0))}),
@@ -149,14 +141,13 @@ CASES: dict[str, tuple[list[pl.Callback], dict[str, Any]]] = {
 #: The pipeline cases run after training, on the gathered stack, so the engine does not change what they
 #: check; only the sequential engine (bitwise) runs them. (With the vectorized engine, whose rows differ
 #: by float rounding between chunkings, a row-picking rule could also flip a near-tie.)
-PIPELINE_CASES = frozenset(list(CASES)[list(CASES).index("MultiKrum"):list(CASES).index("Ditto-personal")])
+PIPELINE_CASES = frozenset(list(CASES)[list(CASES).index("Bucketing-weighted-TrimmedMean"):list(CASES).index("Ditto-personal")])
 #: The cases also compared with the vectorized engine (equal to float rounding): one of each kind of
 #: client hook, server state and exchange. Every case runs with the sequential engine (bitwise); the
 #: rest of the vectorized pairs (FedProx, FedAdam, q-FFL, DWFed, FedDyn and kept momentum without system
 #: heterogeneity: a client hook, server state or weights that these cover) were left out to keep the
 #: suite's CPU time within CI's 10 minutes.
-VECTORIZED = frozenset({"FedAvg", "Scaffold", "FedNova", "FedFa", "IGFL", "Tempo", "FedAvg-reduce",
-                        "KeptMomentum-system", "Ditto-personal"})
+VECTORIZED = frozenset({"FedAvg", "Scaffold", "FedFa", "Tempo", "FedAvg-reduce", "Ditto-personal"})
 #: Every ``(case, engine)`` compared between one and two processes.
 COMPARED = [(name, engine) for name in CASES for engine in ("sequential", "vectorized")
             if engine == "sequential" or (name in VECTORIZED and name not in PIPELINE_CASES)]
