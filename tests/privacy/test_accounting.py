@@ -16,6 +16,7 @@ from lightning_fl.privacy.accounting import (
     epsilon,
     fixed_size_epsilon,
     ledger_epsilon,
+    local_epsilon,
     update_noise_multiplier,
 )
 
@@ -45,6 +46,24 @@ def test_against_dp_accounting_called_directly() -> None:
         direct = make(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
         direct.compose(event)
         assert epsilon(0.05, 0.8, 37, 1e-4, accountant) == direct.get_epsilon(1e-4)
+
+
+def test_the_cached_rdp_epsilons_equal_a_fresh_accountant_bitwise() -> None:
+    # Every round asks for epsilon after t rounds; the RDP paths reuse one release's RDP vector, which must
+    # give exactly what a fresh RdpAccountant composed with the whole ledger gives, at every t.
+    relation = dp_accounting.NeighboringRelation
+    for rounds in (1, 2, 37, 500):
+        direct = rdp.RdpAccountant(neighboring_relation=relation.ADD_OR_REMOVE_ONE)
+        direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(0.05, dp_accounting.GaussianDpEvent(0.8)), rounds))
+        direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(0.2, dp_accounting.GaussianDpEvent(1.5)), 3))
+        assert ledger_epsilon([(0.05, 0.8, rounds), (0.2, 1.5, 3)], 1e-4, "rdp") == direct.get_epsilon(1e-4)
+        fixed = rdp.RdpAccountant(neighboring_relation=relation.REPLACE_ONE)
+        fixed.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
+            1000, 100, dp_accounting.GaussianDpEvent(0.5)), rounds))
+        assert fixed_size_epsilon(1000, 100, 1.0, rounds, 1e-3) == fixed.get_epsilon(1e-3)
+        local = rdp.RdpAccountant(neighboring_relation=relation.REPLACE_ONE)
+        local.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(2.0), rounds))
+        assert local_epsilon(4.0, rounds, 1e-3) == local.get_epsilon(1e-3)
 
 
 def test_a_ledger_of_two_segments_is_their_composition() -> None:
