@@ -4,7 +4,7 @@
 #   full 1,500 rounds in fp32, the sequential engine for a few rounds, engine: auto's choice;
 #   (c) J4 end to end under a Trainer in 32-true, 16-mixed and bf16-mixed with test accuracy;
 #   (d) every shipped config with built-in data for 2 rounds through the CLI on the GPU;
-#   (e) TF32 and torch.compile on the J4 step.
+#   (e) TF32 and torch.compile on the J4 step; (f) pfl-research 0.6.0 on J4 (GPU_CHECK_PFL_ROUNDS, default 1,500).
 # Every step has its own time limit (and stops itself a little before it); a step that fails or
 # runs out of time does not stop the next. Results go to $OUT as they are measured:
 #   gpu_check.log      everything every step printed, with a header and exit status per step
@@ -98,6 +98,13 @@ step configs $((CONFIG_BUDGET + 50)) env OMP_NUM_THREADS=2 $PY -m bench.gpu_conf
   --rounds 2 --jobs $JOBS --timeout 110 --budget $CONFIG_BUDGET ${GPU_CHECK_ONLY:+--only $GPU_CHECK_ONLY} \
   ${GPU_CHECK_EXTRA:+--extra "$GPU_CHECK_EXTRA"}
 step speedups 120 $J4 speedups --results "$RES" $SIZE --rounds $SPEED_ROUNDS --budget 30
+# (f) pfl-research 0.6.0 itself on J4 (bench/pfl_j4.py), its wheels carried in .whl/pfl/ (not a dependency of
+# the project: a site folder of its own); progress lines every 50 rounds, so a cut run still gives a rate.
+PFL_SITE=$(mktemp -d /tmp/gpu_check_pfl.XXXX)
+# One wheel at a time: .whl/pfl/ holds multiprocess for Python 3.11 and 3.12, and only one of them installs.
+step pfl ${GPU_CHECK_PFL_LIMIT:-150} bash -c "for w in .whl/pfl/*.whl; do $PY -m pip install -q --no-index --no-deps \
+  --no-compile --target $PFL_SITE \$w 2>/dev/null || echo skipped \$w; done
+  PYTHONPATH=$PFL_SITE:\$PYTHONPATH $PY -m bench.pfl_j4 --rounds ${GPU_CHECK_PFL_ROUNDS:-1500} --progress 50 $SIZE --out $OUT"
 BUDGET=$((BUDGET + 20)) step summary 30 $J4 summary --results "$RES" --out "$OUT/gpu_summary.md"
 echo "done in $(( $(date +%s) - START ))s; results in $OUT" | tee -a "$LOG"
-rm -rf "$SHIM" "$SITE"
+rm -rf "$SHIM" "$SITE" "$PFL_SITE"
