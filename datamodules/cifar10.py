@@ -169,7 +169,7 @@ class CIFAR10DataModule(TrainTestPoolDataModule):
             clients by label) or ``pooled`` (pool all 60,000; per-client ``test_fraction`` split).
         flatten: ``(3072,)`` inputs.
         normalize: Standardise per channel instead of scaling to ``[0, 1]``.
-        subsample: Fraction of each split kept (class-stratified, seeded).
+        subsample: Fraction of each split kept (class-stratified, seeded); or one fraction per class.
         download: Download the archive from the URL when missing (md5-checked; needs internet).
         verify_checksums: Check size and md5 of the archive or batches.
         seed: Seed of subsample, partition, test deal and train/test split.
@@ -193,7 +193,7 @@ class CIFAR10DataModule(TrainTestPoolDataModule):
         test_set: str = "official",
         flatten: bool = False,
         normalize: bool = True,
-        subsample: float = 1.0,
+        subsample: float | list[float] = 1.0,
         download: bool = False,
         verify_checksums: bool = True,
         seed: int = 0,

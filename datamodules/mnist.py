@@ -205,7 +205,7 @@ class _IDXImageDataModule(TrainTestPoolDataModule):
         test_set: str = "official",
         flatten: bool = False,
         normalize: bool = True,
-        subsample: float = 1.0,
+        subsample: float | list[float] = 1.0,
         download: bool = False,
         verify_checksums: bool = True,
         seed: int = 0,
@@ -255,7 +255,8 @@ class FashionMNISTDataModule(_IDXImageDataModule):
             pooled, each client split ``1 - test_fraction`` / ``test_fraction``, as FedFa/LEAF).
         flatten: ``(784,)`` inputs instead of ``(1, 28, 28)``.
         normalize: Standardise (see above) instead of scaling to ``[0, 1]``.
-        subsample: Fraction of each file kept (class-stratified, seeded), for small machines.
+        subsample: Fraction of each file kept (class-stratified, seeded), for small machines; or one
+            fraction per class (a long-tailed population).
         download: Download missing files from the upstream URLs (md5-checked; needs internet).
         verify_checksums: Check shapes and sha256 digests of the release (header/length checks always run).
         seed: Seed of the subsample, the partition, the test deal and the train/test split.

@@ -19,6 +19,7 @@ from two files (train and test) and which offers two ways to give clients test d
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -74,23 +75,33 @@ def deal_by_label(train_hist: Tensor, labels: Tensor, generator: torch.Generator
     return [torch.from_numpy(np.sort(chunk)) for chunk in np.split(order, cuts)]
 
 
-def stratified_subsample(labels: Tensor, fraction: float, generator: torch.Generator) -> Tensor:
+def stratified_subsample(labels: Tensor, fraction: float | Sequence[float], generator: torch.Generator) -> Tensor:
     """Sorted indices of a seeded ``fraction`` of every class (at least one sample per present class).
+
+    ``fraction`` is one number for every class, or one per class (``fraction[c]`` of class ``c``: a
+    long-tailed population from a balanced file).
 
     Example:
         >>> idx = stratified_subsample(torch.arange(100) % 4, 0.2, torch.Generator().manual_seed(0))
         >>> len(idx)
         20
+        >>> len(stratified_subsample(torch.arange(100) % 4, [0.4, 0.4, 0.2, 0.2], torch.Generator().manual_seed(0)))
+        30
     """
-    if fraction >= 1.0:
-        return torch.arange(len(labels))
     y = torch.as_tensor(labels).cpu().numpy()
+    per_class = isinstance(fraction, Sequence)
+    if per_class and len(y) and int(y.max()) >= len(fraction):
+        raise ConfigError(f"subsample must list a fraction for each of the {int(y.max()) + 1} classes;"
+                          f" got {len(fraction)}")
+    if (min(fraction) if per_class else fraction) >= 1.0:
+        return torch.arange(len(labels))
     seed = int(torch.randint(0, 2**62, (1,), generator=generator))
     rng = np.random.default_rng(seed)
     keep = []
     for c in np.unique(y):
         members = np.flatnonzero(y == c)
-        keep.append(rng.choice(members, size=max(1, int(round(fraction * len(members)))), replace=False))
+        share = fraction[int(c)] if per_class else fraction
+        keep.append(rng.choice(members, size=max(1, int(round(share * len(members)))), replace=False))
     return torch.from_numpy(np.sort(np.concatenate(keep)))
 
 
@@ -106,7 +117,8 @@ class TrainTestPoolDataModule(PooledDataModule):
         normalize: Standardise pixels with the dataset's per-channel mean/std; otherwise scale to
             ``[0, 1]``.
         flatten: Flatten every image to a vector (logistic regression / MLP clients).
-        subsample: Fraction of each file kept (class-stratified, seeded by ``seed``), in ``(0, 1]``.
+        subsample: Fraction of each file kept (class-stratified, seeded by ``seed``), in ``(0, 1]``; or a list
+            of one fraction per class (``[0.2, ..., 0.02]``: a long-tailed population, some labels rare).
         **kwargs: :class:`~lightning_fl.datamodules.pooled.PooledDataModule` options (``partition``,
             ``num_clients``, ``num_classes``, ``seed``, ``test_fraction``, ``val_fraction``).
             ``test_fraction`` only applies to ``test_set: pooled``; ``val_fraction`` takes the
@@ -121,15 +133,17 @@ class TrainTestPoolDataModule(PooledDataModule):
     STD: tuple[float, ...] = (0.5,)
 
     def __init__(self, test_set: str = "official", normalize: bool = True, flatten: bool = False,
-                 subsample: float = 1.0, **kwargs) -> None:  # type: ignore[no-untyped-def]
+                 subsample: float | list[float] = 1.0, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(**kwargs)
         check_choice("test_set", test_set, TEST_SETS)
-        if isinstance(subsample, bool) or not isinstance(subsample, (int, float)) or not 0 < subsample <= 1:
-            raise ConfigError(f"subsample must be a number in (0, 1]; got {subsample!r}")
+        fractions = subsample if isinstance(subsample, (list, tuple)) else [subsample]
+        if not fractions or any(isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 1
+                                for f in fractions):
+            raise ConfigError(f"subsample must be a number in (0, 1] or a list of one per class; got {subsample!r}")
         self.test_set = test_set
         self.normalize = bool(normalize)
         self.flatten = bool(flatten)
-        self.subsample = float(subsample)
+        self.subsample = [float(f) for f in subsample] if isinstance(subsample, (list, tuple)) else float(subsample)
 
     @abstractmethod
     def load_train_test(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -146,7 +160,7 @@ class TrainTestPoolDataModule(PooledDataModule):
     def _load_subsampled(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         x_tr, y_tr, x_te, y_te = self.load_train_test()
         y_tr, y_te = torch.as_tensor(y_tr).long(), torch.as_tensor(y_te).long()
-        if self.subsample < 1.0:
+        if (min(self.subsample) if isinstance(self.subsample, list) else self.subsample) < 1.0:
             keep = stratified_subsample(y_tr, self.subsample, generator_for(self.seed, "subsample", "train"))
             x_tr, y_tr = x_tr[keep], y_tr[keep]
             keep = stratified_subsample(y_te, self.subsample, generator_for(self.seed, "subsample", "test"))

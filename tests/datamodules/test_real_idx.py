@@ -185,6 +185,19 @@ def test_stratified_subsample_keeps_every_class():
     assert torch.bincount(labels[keep]).tolist() == [9, 1, 1]
 
 
+def test_a_fraction_per_class_gives_a_long_tail_and_one_number_is_unchanged():
+    labels = torch.arange(400) % 4  # 100 of each class
+    keep = stratified_subsample(labels, [0.5, 0.5, 0.1, 0.02], torch.Generator().manual_seed(0))
+    assert torch.bincount(labels[keep]).tolist() == [50, 50, 10, 2]
+    assert len(set(keep.tolist())) == len(keep) and keep.tolist() == sorted(keep.tolist())
+    same = stratified_subsample(labels, [0.3] * 4, torch.Generator().manual_seed(5))
+    assert torch.equal(same, stratified_subsample(labels, 0.3, torch.Generator().manual_seed(5)))
+    with pytest.raises(ConfigError, match="subsample must list a fraction for each of the 4 classes; got 3"):
+        stratified_subsample(labels, [0.5, 0.5, 0.5], torch.Generator().manual_seed(0))
+    with pytest.raises(ConfigError, match=r"subsample must be a number in \(0, 1\] or a list of one per class"):
+        FashionMNISTDataModule(subsample=[0.5, 0.0])
+
+
 # ----------------------------------------------------------------------------- real files (make data)
 FASHION_DIR = REPO / "data" / "fashion-mnist"
 

@@ -9,6 +9,7 @@ from functools import partial
 import matplotlib.image
 import numpy as np
 import pytest
+import yaml
 from torch.utils.tensorboard import SummaryWriter
 
 from lightning_fl.experiments import privacy
@@ -26,6 +27,11 @@ def test_a_cell_is_the_dp_safe_method_with_its_epsilon_and_inf_drops_clip_and_no
     assert private["model"]["dp"]["target_epsilon"] == 1.0 and private["model"]["dp"]["sampling"] == "poisson"
     assert private["trainer"]["callbacks"][0]["init_args"] == {"q": 1.0, "dp_safe": True, "f_max": 2.3026}
     assert "momentum" not in private["model"]["optimizer"]["init_args"]
+    # FedFa's DP-safe weights are about 0.04 on the shipped setting: its server lr 25 restores FedAvg-sized steps.
+    assert public["trainer"]["callbacks"][0]["init_args"]["server_lr"] == 25.0
+    assert privacy.data_name(public) == "FashionMNIST"
+    synthetic = yaml.safe_load((privacy.REPO / "configs" / "privacy" / "privacy_synthetic.yaml").read_text())
+    assert privacy.data_name(synthetic) == "Synthetic(1,1)"
 
 
 def test_label_rarity_by_hand():
@@ -103,9 +109,26 @@ def test_the_report_from_fake_runs_by_hand(tmp_path, capsys):
     (["--epsilons", "inf,-1"], "error: --epsilons must list numbers > 0 (inf: no DP), e.g. inf,8,2,1; got 'inf,-1'"),
     (["--epsilons", "8,2"], "error: --impact-epsilon must be a finite one of --epsilons, which must include inf;"
                             " got 2 and '8,2'"),
+    (["--config", "no/such.yaml"], "error: --config must name a YAML file; got 'no/such.yaml'"),
 ])
 def test_bad_input_is_one_line_before_anything_trains(tmp_path, capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
         privacy.main(["--save-dir", str(tmp_path), *argv], launcher=lambda run: pytest.fail("trained"))
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip() == message
+
+
+def test_client_features_build_nested_class_paths_as_the_cli_does():
+    # The shipped setting names its partition by class path inside the data's init_args; the features must
+    # build it (a dict would be refused by the datamodule) and see the runs' clients.
+    partition = privacy.build({"class_path": "lightning_fl.datamodules.partitions.Shards",
+                               "init_args": {"classes_per_client": 1}})
+    assert type(partition).__name__ == "Shards" and partition.classes_per_client == 1
+    config = {"data": {"class_path": "lightning_fl.datamodules.DigitsDataModule",
+                       "init_args": {"num_clients": 10, "partition": {
+                           "class_path": "lightning_fl.datamodules.partitions.Shards",
+                           "init_args": {"classes_per_client": 1}}}}}
+    sizes, rarity = privacy.client_features(config, 0)
+    assert len(sizes) == 10 and (sizes > 0).all()
+    # one label per client: 1 / (C P(y)) with P(y) near 1/10 and C = 10, so each rarity is about 1
+    assert np.allclose(rarity, 1.0, atol=0.1)
