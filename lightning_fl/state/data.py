@@ -247,6 +247,23 @@ def validation_size(n: int, val_fraction: float) -> int:
     return min(int(round(val_fraction * n)), max(n - 1, 0))
 
 
+def client_validation_split(n: int, val_fraction: float, seed: int, client: int) -> tuple[Tensor, Tensor]:
+    """Positions ``(kept, moved)`` among client ``client``'s ``n`` training samples: what stays, what validates.
+
+    The first :func:`validation_size` of a permutation drawn from ``generator_for(seed,
+    "validation_split", client)`` move; both parts are sorted (the samples keep their order). A lazy
+    source calls this for the clients it stages, :func:`split_validation` for every client: the same split.
+
+    Example:
+        >>> kept, moved = client_validation_split(10, 0.2, seed=0, client=3)
+        >>> len(kept), len(moved), sorted(kept.tolist() + moved.tolist()) == list(range(10))
+        (8, 2, True)
+    """
+    perm = torch.randperm(n, generator=generator_for(seed, "validation_split", client))
+    n_val = validation_size(n, val_fraction)
+    return perm[n_val:].sort().values, perm[:n_val].sort().values
+
+
 def split_validation(data: FederatedData, val_fraction: float, seed: int) -> FederatedData:
     """Move :func:`validation_size` of every client's training samples to a validation split.
 
@@ -268,11 +285,9 @@ def split_validation(data: FederatedData, val_fraction: float, seed: int) -> Fed
         return data
     train_idx, val_idx = [], []
     for k, (lo, hi) in enumerate(zip(data.train_offsets[:-1].tolist(), data.train_offsets[1:].tolist())):
-        n = hi - lo
-        perm = torch.randperm(n, generator=generator_for(seed, "validation_split", k))
-        n_val = validation_size(n, val_fraction)
-        val_idx.append(perm[:n_val].sort().values + lo)
-        train_idx.append(perm[n_val:].sort().values + lo)
+        kept, moved = client_validation_split(hi - lo, val_fraction, seed, k)
+        val_idx.append(moved + lo)
+        train_idx.append(kept + lo)
     train, val = torch.cat(train_idx), torch.cat(val_idx)
     device = data.x_train.device
     return FederatedData(
