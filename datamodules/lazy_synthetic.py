@@ -164,7 +164,10 @@ class LazySyntheticData:
             kept, moved = client_validation_split(len(train), self.val_fraction, self.seed, client)
             train, parts["val"] = train[kept], train[moved]
         parts["train"] = train
-        return {split: (x[index], y[index]) for split, index in parts.items()}
+        # Gathered in numpy: torch's indexing of small tensors waits on its thread pool when the CPU is busy.
+        x_np, y_np = x.numpy(), y.numpy()
+        return {split: (torch.from_numpy(x_np[index.numpy()]), torch.from_numpy(y_np[index.numpy()]))
+                for split, index in parts.items()}
 
     def stage(self, client_ids: Tensor | list[int], split: str = "train", device: torch.device | str | None = None
               ) -> FederatedData:
