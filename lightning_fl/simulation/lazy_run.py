@@ -19,11 +19,12 @@ from lightning_fl.engines.evaluation import GlobalModelView
 from lightning_fl.faults.validation import ConfigError
 from lightning_fl.state.data import ClientData, FederatedData, offsets_from_sizes
 
-__all__ = ["LABEL_HISTOGRAM_READERS", "LazyGlobalModelView", "check_lazy_run", "federation_label_histograms",
+__all__ = ["EVERY_CLIENT_READERS", "LazyGlobalModelView", "check_lazy_run", "federation_label_histograms",
            "lazy_probe", "set_up_data"]
 
-#: Callbacks that read the ``(N, C)`` label histograms of every client (not counted for a lazy source).
-LABEL_HISTOGRAM_READERS = frozenset({"DWFed"})
+#: Callbacks that read every client's labels or samples -> what they read (a lazy source holds neither).
+EVERY_CLIENT_READERS = {"DWFed": "the (N, C) label histograms", "GlobalTrainLoss": "every client's train split",
+                        "ModelDivergence": "every client's samples pooled"}
 
 _LAZY = "data.lazy: true"
 
@@ -48,10 +49,10 @@ def check_lazy_run(loop: Any, source: ClientData, callbacks: list[Any]) -> None:
     for field, on, why in refused:
         if on:
             raise ConfigError(f"{_LAZY} cannot be combined with {field} (it {why}); use data.lazy: false")
-    readers = sorted(type(c).__name__ for c in callbacks if type(c).__name__ in LABEL_HISTOGRAM_READERS)
+    readers = sorted(type(c).__name__ for c in callbacks if type(c).__name__ in EVERY_CLIENT_READERS)
     if readers:
-        raise ConfigError(f"{_LAZY} does not count the clients' label histograms, which {readers[0]} reads; use"
-                          " data.lazy: false")
+        raise ConfigError(f"{_LAZY} does not hold {EVERY_CLIENT_READERS[readers[0]]}, which {readers[0]} reads;"
+                          " remove it or use data.lazy: false")
     protocol = loop.eval_protocol
     if protocol is None or protocol.client_subset is None:
         raise ConfigError(f"{_LAZY} evaluates a declared subset of the {source.num_clients} clients: set"

@@ -118,8 +118,15 @@ def test_what_needs_every_client_is_refused_before_training(loop_args: dict, fie
 def test_label_histogram_readers_are_refused() -> None:
     from lightning_fl.callbacks import DWFed
 
-    with pytest.raises(ConfigError, match="label histograms, which DWFed reads"):
+    with pytest.raises(ConfigError, match=r"does not hold the \(N, C\) label histograms, which DWFed reads"):
         _fit(_synthetic(True), callback=DWFed())
+
+
+def test_a_system_model_is_refused() -> None:
+    from lightning_fl.simulation.system import SystemHeterogeneity
+
+    with pytest.raises(ConfigError, match="cannot be combined with model.system"):
+        _fit_args({"system": SystemHeterogeneity(dropout=0.1)})
 
 
 def _fit_args(loop_args: dict) -> None:
@@ -131,3 +138,25 @@ def _fit_args(loop_args: dict) -> None:
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0, callbacks=[FedAvg()])
     trainer.fit(loop, datamodule=_synthetic(True))
+
+
+def _lazy_loop(clients_per_round: int, subset: int) -> FederatedLoop:
+    return FederatedLoop(client=LogisticRegression(60, 10), optimizer=_sgd, clients_per_round=clients_per_round,
+                         seed=0, eval=EvalProtocol(client_subset=subset))
+
+
+@pytest.mark.parametrize(("cohort", "subset", "message"), [
+    (N + 1, M, f"clients_per_round must be between 1 and {N} (the number of clients); got {N + 1}"),
+    (K, N + 1, f"model.eval.client_subset must be at most {N} (the number of clients"),
+])
+def test_cohort_or_subset_above_n_is_one_line_before_anything_trains(cohort: int, subset: int, message: str) -> None:
+    loop = _lazy_loop(cohort, subset)
+    trained = []
+    loop.training_step = lambda *args: trained.append(args)  # noqa: ARG005 (must never be reached)
+    trainer = pl.Trainer(default_root_dir=tempfile.mkdtemp(prefix="lfl-"), max_epochs=1, accelerator="cpu",
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0, callbacks=[FedAvg()])
+    with pytest.raises(ConfigError) as raised:
+        trainer.fit(loop, datamodule=_synthetic(True))
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+    assert trained == []
