@@ -17,7 +17,7 @@ from lightning_fl.simulation.datamodule import FederatedDataModule
 from lightning_fl.simulation.loop import FederatedLoop
 from lightning_fl.state.data import FederatedData
 
-N, K, M, ROUNDS = 20, 4, 5, 3
+N, K, M, ROUNDS = 20, 4, 5, 2
 
 
 def _sgd(params):
@@ -46,8 +46,8 @@ def _weights(loop: FederatedLoop) -> torch.Tensor:
     return loop.layout.flatten(loop.model.state_dict())
 
 
-@pytest.mark.parametrize("engine", ["sequential", "vectorized"])
-@pytest.mark.parametrize("callback", [FedAvg, FedProx], ids=["fedavg", "fedprox"])
+@pytest.mark.parametrize(("engine", "callback"), [("sequential", FedAvg), ("vectorized", FedAvg),
+                                                 ("vectorized", FedProx)], ids=["sequential", "vectorized", "fedprox"])
 def test_lazy_run_is_bitwise_the_eager_run(engine: str, callback: type) -> None:
     kwargs = {"mu": 0.1} if callback is FedProx else {}
     eager = _fit(_synthetic(False), engine, callback(**kwargs), evaluate=True)
@@ -160,3 +160,17 @@ def test_cohort_or_subset_above_n_is_one_line_before_anything_trains(cohort: int
         trainer.fit(loop, datamodule=_synthetic(True))
     assert message in str(raised.value) and "\n" not in str(raised.value)
     assert trained == []
+
+
+def test_a_lazy_run_from_yaml_logs_checkpoints_and_resumes(tiny, tmp_path) -> None:
+    from tests.conftest import run_cli
+
+    lazy_data = {"variant": "1_1", "num_clients": 6, "max_samples_per_client": 80, "generator": "per_client",
+                 "lazy": True}
+    config = tiny(**{"data.init_args": lazy_data, "model.eval": {"client_subset": 3}, "trainer.max_epochs": 2})
+    assert run_cli("fit", "--config", str(config), "--trainer.enable_progress_bar", "false") == 0
+    checkpoints = sorted((tmp_path / "logs").rglob("last.ckpt"))
+    assert checkpoints, "the round checkpoint was written"
+    more = tiny(**{"data.init_args": lazy_data, "model.eval": {"client_subset": 3}, "trainer.max_epochs": 3})
+    assert run_cli("fit", "--config", str(more), "--ckpt_path", str(checkpoints[0]),
+                   "--trainer.enable_progress_bar", "false") == 0
