@@ -122,11 +122,25 @@ def test_label_histogram_readers_are_refused() -> None:
         _fit(_synthetic(True), callback=DWFed())
 
 
-def test_a_system_model_is_refused() -> None:
+def test_a_system_model_label_flipping_and_poisson_dp_are_refused() -> None:
+    from lightning_fl.aggregation.attacks import LabelFlip, SignFlip
+    from lightning_fl.privacy import DifferentialPrivacy
     from lightning_fl.simulation.system import SystemHeterogeneity
 
     with pytest.raises(ConfigError, match="cannot be combined with model.system"):
         _fit_args({"system": SystemHeterogeneity(dropout=0.1)})
+    with pytest.raises(ConfigError, match="cannot be combined with model.attack .it rewrites"):
+        _fit_args({"attack": LabelFlip(0.2)})
+    with pytest.raises(ConfigError, match="model.dp.sampling: poisson .it draws every client"):
+        _fit_args({"dp": DifferentialPrivacy(noise_multiplier=1.0)})
+    _fit_args({"attack": SignFlip(0.2)})  # an attack on the updates needs no client's samples: it trains
+
+
+def test_no_test_sample_anywhere_is_one_line_from_the_sizes() -> None:
+    datamodule = SyntheticDataModule("1_1", num_clients=N, seed=3, max_samples_per_client=60, test_fraction=0.0,
+                                     generator="per_client", lazy=True)
+    with pytest.raises(ConfigError, match=r"data.test_fraction must be in \(0, 1\): no client has a test sample"):
+        _fit(datamodule)
 
 
 def _fit_args(loop_args: dict) -> None:
