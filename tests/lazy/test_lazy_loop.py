@@ -134,6 +134,7 @@ def test_a_system_model_label_flipping_and_poisson_dp_are_refused() -> None:
     with pytest.raises(ConfigError, match="model.dp.sampling: poisson .it draws every client"):
         _fit_args({"dp": DifferentialPrivacy(noise_multiplier=1.0)})
     _fit_args({"attack": SignFlip(0.2)})  # an attack on the updates needs no client's samples: it trains
+    _fit_args({"dp": DifferentialPrivacy(noise_multiplier=1.0, sampling="fixed")})  # and so does DP on a fixed K
 
 
 def test_no_test_sample_anywhere_is_one_line_from_the_sizes() -> None:
