@@ -141,7 +141,7 @@ class SyntheticDataModule(FederatedDataModule):
         test_fraction: Fraction of every user's samples held out for testing, in ``[0, 1)``.
         val_fraction: Fraction of each client's training samples moved to its validation split, in ``[0, 1)``; ``0``: none (the papers' exact training sets).
         max_samples_per_client: Optional cap on a user's sample count (``None``: exact formula).
-        generator: ``"fedprox"`` (default: FedProx's script as FedFa uses it) or ``"pfedme"`` (the pFedMe
+        generator: ``"fedprox"`` (default: FedProx's script as FedFa uses it), ``"pfedme"`` (the pFedMe
             authors' copy: ``n_k = (int(lognormal(4, 2)) + 50) * 5``, their random stream, so seed 0 is
             their data, and their split: the first ``int((1 - test_fraction) n_k)`` shuffled samples train)
             or ``"per_client"`` (the same distribution as ``fedprox``, every draw keyed by ``(seed, client)``:
