@@ -120,7 +120,8 @@ stragglers: $(STAMP)
 ## processes (W = 1 vs 2, speed-up, exchange, peak memory per rank) and the robust aggregation rules' time beside
 ## FedAvg's weighted sum (K = 10, 100; d = 0.1M, 1.6M), Ditto's round time beside FedAvg's, and J1/J2 written as a
 ## plain LightningModule (vmapped training_step, sequential) beside the fused path, and central DP's round time on J1
-## and J2 beside the same jobs without DP; see docs/performance.md
+## and J2 beside the same jobs without DP, and a million lazy clients beside ten thousand (round time, peak RSS);
+## see docs/performance.md
 bench: $(STAMP)
 	$(PY) -m bench.run
 	$(PY) -m bench.scaling
@@ -128,6 +129,7 @@ bench: $(STAMP)
 	$(PY) -m bench.personal speed
 	$(PY) -m bench.user_module
 	$(PY) -m bench.dp_overhead
+	$(PY) -m bench.million
 
 ## data: fetch the real data sets obtainable without internet (Fashion-MNIST, Shakespeare) into data/
 data: $(STAMP)

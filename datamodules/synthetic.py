@@ -31,11 +31,12 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.datamodules.assemble import build_from_pooled
+from lightning_fl.datamodules.lazy_synthetic import LazySyntheticData
 from lightning_fl.datamodules.split import split_train_test
 from lightning_fl.datamodules.synthetic_pfedme import generate_synthetic_pfedme, pfedme_train_test_split
-from lightning_fl.faults.validation import check_choice, check_non_negative, check_positive
+from lightning_fl.faults.validation import ConfigError, check_choice, check_non_negative, check_positive
 from lightning_fl.simulation.datamodule import FederatedDataModule
-from lightning_fl.state.data import FederatedData, offsets_from_sizes
+from lightning_fl.state.data import ClientData, FederatedData, offsets_from_sizes
 from lightning_fl.state.seeding import generator_for
 
 __all__ = ["SYNTHETIC_GENERATORS", "SYNTHETIC_VARIANTS", "SyntheticDataModule", "generate_synthetic"]
@@ -48,7 +49,8 @@ SYNTHETIC_VARIANTS: dict[str, tuple[float, float, bool]] = {
     "iid": (0.0, 0.0, True),
 }
 #: ``generator`` -> the paper whose copy of the Synthetic script it replays.
-SYNTHETIC_GENERATORS = {"fedprox": "FedProx / FedFa", "pfedme": "pFedMe (T. Dinh et al. 2020)"}
+SYNTHETIC_GENERATORS = {"fedprox": "FedProx / FedFa", "pfedme": "pFedMe (T. Dinh et al. 2020)",
+                        "per_client": "FedProx's distribution, every draw keyed by (seed, client); lazy-capable"}
 
 
 def generate_synthetic(
@@ -139,9 +141,14 @@ class SyntheticDataModule(FederatedDataModule):
         test_fraction: Fraction of every user's samples held out for testing, in ``[0, 1)``.
         val_fraction: Fraction of each client's training samples moved to its validation split, in ``[0, 1)``; ``0``: none (the papers' exact training sets).
         max_samples_per_client: Optional cap on a user's sample count (``None``: exact formula).
-        generator: ``"fedprox"`` (default: FedProx's script as FedFa uses it) or ``"pfedme"`` (the pFedMe
+        generator: ``"fedprox"`` (default: FedProx's script as FedFa uses it), ``"pfedme"`` (the pFedMe
             authors' copy: ``n_k = (int(lognormal(4, 2)) + 50) * 5``, their random stream, so seed 0 is
-            their data, and their split: the first ``int((1 - test_fraction) n_k)`` shuffled samples train).
+            their data, and their split: the first ``int((1 - test_fraction) n_k)`` shuffled samples train)
+            or ``"per_client"`` (the same distribution as ``fedprox``, every draw keyed by ``(seed, client)``:
+            :mod:`lightning_fl.datamodules.lazy_synthetic`; the only one that ``lazy`` can produce).
+        lazy: Produce each client's samples when a round stages it (docs/scaling.md, Many clients): set-up
+            holds the ``N`` sizes only, so ``N = 10**6`` fits in memory. Needs ``generator: per_client``;
+            the samples are bitwise those of ``lazy: false`` with the same generator and seed.
 
     Raises:
         ConfigError: For an unknown variant or an out-of-range argument (one line naming the field).
@@ -168,6 +175,7 @@ class SyntheticDataModule(FederatedDataModule):
         max_samples_per_client: int | None = None,
         val_fraction: float = 0.1,
         generator: str = "fedprox",
+        lazy: bool = False,
     ) -> None:
         super().__init__(seed=seed, test_fraction=test_fraction, val_fraction=val_fraction)
         check_choice("variant", variant, SYNTHETIC_VARIANTS)
@@ -179,9 +187,29 @@ class SyntheticDataModule(FederatedDataModule):
         self._num_clients = num_clients
         self.max_samples_per_client = max_samples_per_client
         self.generator = generator
+        if not isinstance(lazy, bool):
+            raise ConfigError(f"data.lazy must be true or false; got {lazy!r}")
+        if lazy and generator != "per_client":
+            raise ConfigError(f"data.lazy: true needs data.generator: per_client (the {generator} generator draws every"
+                              " client's model from one stream, so a client cannot be produced alone); got"
+                              f" generator: {generator}")
+        self.lazy = lazy
+
+    def _per_client(self) -> LazySyntheticData:
+        alpha, beta, iid = SYNTHETIC_VARIANTS[self.variant]
+        return LazySyntheticData(alpha, beta, iid, self._num_clients, self.seed, self.test_fraction,
+                                 self.val_fraction if self.lazy else 0.0, self.max_samples_per_client)
+
+    @override
+    def build_source(self) -> ClientData:
+        if self.lazy:  # the validation split is drawn per client by the source, as split_validation would
+            return self._per_client()
+        return super().build_source()
 
     @override
     def build_data(self) -> FederatedData:
+        if self.generator == "per_client":  # every client staged: the eager federation of the lazy source
+            return self._per_client().stage(torch.arange(self._num_clients), "test")
         alpha, beta, iid = SYNTHETIC_VARIANTS[self.variant]
         pfedme = self.generator == "pfedme"
         users = (generate_synthetic_pfedme if pfedme else generate_synthetic)(

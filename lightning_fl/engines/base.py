@@ -17,7 +17,7 @@ from lightning_fl.engines.hooks import ClientHookSet
 from lightning_fl.functional.system import samples_seen
 from lightning_fl.models.base import ClientModule
 from lightning_fl.state.client_state import ClientStateStore
-from lightning_fl.state.data import FederatedData
+from lightning_fl.state.data import ClientData, FederatedData
 from lightning_fl.state.flat_state import FlatStateLayout
 from lightning_fl.state.seeding import generator_for
 
@@ -136,12 +136,45 @@ class ClientEngine(ABC):
         self.data: FederatedData | None = None
         self.store: ClientStateStore | None = None
         self.layout: FlatStateLayout | None = None
+        self.source: ClientData | None = None
+        self._rows: dict[int, int] | None = None
 
-    def setup(self, model: ClientModule, data: FederatedData, store: ClientStateStore) -> None:
-        """Bind the global model (whose weights are ``w^t`` at each call), client data and client state."""
-        self.model, self.data, self.store = model, data, store
+    def setup(self, model: ClientModule, data: FederatedData, store: ClientStateStore,
+              source: ClientData | None = None) -> None:
+        """Bind the global model (whose weights are ``w^t`` at each call), client data and client state.
+
+        ``source``: a lazy federation; then ``data`` holds a few clients for the set-up checks only and
+        every training call needs its clients staged first (:meth:`stage`). ``None``: ``data`` holds
+        every client and is read by client id.
+        """
+        self.model, self.data, self.store, self.source = model, data, store, source
         self.layout = FlatStateLayout(model.state_dict())
+        self._rows = None if source is None else {}
         self._label_hist = data.label_histograms("train").cpu()
+
+    def stage(self, client_ids: Tensor) -> None:
+        """Produce the samples of ``client_ids`` on the model's device; the next trainings read them by position.
+
+        Only with a lazy ``source``; the clients trained next (any subset of ``client_ids``, in any
+        order) are looked up in the staged federation, whose row ``i`` is ``client_ids[i]``.
+        """
+        staged = self.source.stage(client_ids, "train", self.model.device)
+        self.bind(staged, client_ids)
+
+    def bind(self, data: FederatedData, client_ids: Tensor) -> None:
+        """Read the clients ``client_ids`` from ``data``, whose row ``i`` holds ``client_ids[i]``'s samples."""
+        self.data = data
+        self._rows = {k: i for i, k in enumerate(client_ids.tolist())}
+        self._label_hist = data.label_histograms("train").cpu()
+
+    def rows(self, client_ids: Tensor) -> Tensor:
+        """Where ``client_ids``' samples are in ``self.data``: the ids themselves, or their staged positions."""
+        if self._rows is None:
+            return client_ids
+        try:
+            return torch.tensor([self._rows[k] for k in client_ids.tolist()], dtype=torch.long)
+        except KeyError as missing:
+            raise RuntimeError(f"client {missing} is not staged; stage the cohort before training it") from None
 
     def train_cohort(self, round_idx: int, client_ids: Tensor, participation: Tensor, hooks: ClientHookSet,
                      cohort_size: int | None = None, sub_round: int = 0, local_epochs: int | None = None,
@@ -184,7 +217,8 @@ class ClientEngine(ABC):
                                          frozen=frozen, stream=stream, batch_repeats=batch_repeats)
             finally:
                 self.plan = saved
-        num_samples = self.data.train_sizes().cpu()[client_ids]
+        rows = self.rows(client_ids)  # where their samples are in self.data
+        num_samples = self.data.train_sizes().cpu()[rows]
         full_steps = batch_repeats * num_local_steps(num_samples, self.plan.local_epochs, self.plan.batch_size)
         if num_steps is None:
             num_steps = full_steps
@@ -199,11 +233,11 @@ class ClientEngine(ABC):
                                                                                 device=self.model.device),
                 int_state={}, num_samples=num_samples, num_steps=num_steps,
                 train_acc=torch.zeros(0, dtype=torch.float64), train_loss=torch.zeros(0, dtype=torch.float64),
-                participation=participation, label_hist=self._label_hist[client_ids],
+                participation=participation, label_hist=self._label_hist[rows],
                 loss_before=torch.zeros(0, dtype=torch.float64) if hooks.requires_loss_before else None,
                 trained_acc=torch.zeros(0, dtype=torch.float64) if hooks.requires_trained_accuracy else None)
         if loss_before is None and hooks.requires_loss_before:
-            loss_before = client_train_losses(self.model, self.data, client_ids)
+            loss_before = client_train_losses(self.model, self.data, rows)
         ctx = LocalTrainingContext(
             round_idx=round_idx, client_ids=client_ids, cohort_size=cohort_size or len(client_ids), num_steps=num_steps,
             global_params={n: p.detach() for n, p in self.model.named_parameters()}, lr=self.plan.lr,
@@ -216,13 +250,13 @@ class ClientEngine(ABC):
         return CohortUpdate(
             round_idx=round_idx, client_ids=client_ids, weights=weights, int_state=int_state,
             num_samples=num_samples, num_steps=num_steps, train_acc=train_acc, train_loss=train_loss,
-            participation=participation, label_hist=self._label_hist[client_ids], loss_before=loss_before,
+            participation=participation, label_hist=self._label_hist[rows], loss_before=loss_before,
             trained_acc=trained_acc, extra=extra,
         )
 
     def _trained_accuracy(self, client_ids: Tensor, weights: Tensor) -> Tensor:
         """``(K,)`` float64 accuracy of each trained row of ``weights`` on its client's full train split."""
-        return trained_accuracies(self.model, self.layout, weights, self.data, client_ids)
+        return trained_accuracies(self.model, self.layout, weights, self.data, self.rows(client_ids))
 
     @abstractmethod
     def _train(self, ctx: LocalTrainingContext, hooks: ClientHookSet

@@ -18,7 +18,7 @@ from lightning_fl.engines.optimizers import load_state
 from lightning_fl.models.base import ClientModule
 from lightning_fl.models.user_module import is_user_module, quiet_logging, step_loss, training_step_at
 from lightning_fl.state.client_state import ClientStateStore
-from lightning_fl.state.data import FederatedData
+from lightning_fl.state.data import ClientData, FederatedData
 from lightning_fl.state.seeding import derive_seed
 
 
@@ -38,8 +38,9 @@ class SequentialEngine(ClientEngine):
     name = "sequential"
 
     @override
-    def setup(self, model: ClientModule, data: FederatedData, store: ClientStateStore) -> None:
-        super().setup(model, data, store)
+    def setup(self, model: ClientModule, data: FederatedData, store: ClientStateStore,
+              source: ClientData | None = None) -> None:
+        super().setup(model, data, store, source)
         self.work = copy.deepcopy(model)
         self.work.train()
         self._work_state = self.work.state_dict()
@@ -88,7 +89,7 @@ class SequentialEngine(ClientEngine):
     def _train_client(self, ctx: LocalTrainingContext, client_id: int, hooks: ClientHookSet
                       ) -> tuple[float, float, dict[str, Tensor]]:
         plan = self.plan
-        x_all, y_all = self.data.client_train(client_id)
+        x_all, y_all = self.data.client_train(int(self.rows(torch.tensor([client_id]))[0]))
         num_samples = len(y_all)
         optimizer = plan.optimizer_factory([p for _, p in self._named])
         saved = self.store.optimizer_state(client_id)

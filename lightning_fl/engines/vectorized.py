@@ -73,7 +73,7 @@ from lightning_fl.models.base import ClientModule
 from lightning_fl.models.user_module import is_user_module, quiet_logging
 from lightning_fl.engines.user_step import UserStackedClients, UserStepForward, user_step_problem
 from lightning_fl.state.client_state import ClientStateStore
-from lightning_fl.state.data import FederatedData
+from lightning_fl.state.data import ClientData, FederatedData
 
 
 class VectorizedEngine(ClientEngine):
@@ -94,8 +94,9 @@ class VectorizedEngine(ClientEngine):
         self.forward = None
 
     @override
-    def setup(self, model: ClientModule, data: FederatedData, store: ClientStateStore) -> None:
-        super().setup(model, data, store)
+    def setup(self, model: ClientModule, data: FederatedData, store: ClientStateStore,
+              source: ClientData | None = None) -> None:
+        super().setup(model, data, store, source)
         self.fallback, self.name = None, type(self).name
         self.user = is_user_module(model)
         analysis = _user_analysis(model, data) if self.user else analyse_model(model, self.plan.precision)
@@ -118,7 +119,7 @@ class VectorizedEngine(ClientEngine):
             rank_zero_info(f"Client engine: sequential (vectorized set-up check: {problem})")
             self.name = SequentialEngine.name  # what actually trains, for logs and checks
             self.fallback = SequentialEngine(self.plan)
-            self.fallback.setup(model, data, store)
+            self.fallback.setup(model, data, store, source)
             return
         self._named = [(n, p.requires_grad) for n, p in model.named_parameters()]
         # BatchNorm running statistics train per client beside the parameters; other float buffers are constant.
@@ -128,6 +129,13 @@ class VectorizedEngine(ClientEngine):
         self._default_loss = self.user or type(model).loss is ClientModule.loss
         self._sizes, self._offsets = data.train_sizes().tolist(), data.train_offsets.tolist()
         rank_zero_info(f"Vectorized engine: {self.forward.kind} formulation ({analysis.reason})")
+
+    @override
+    def bind(self, data: FederatedData, client_ids: Tensor) -> None:
+        super().bind(data, client_ids)
+        if self.fallback is not None:
+            self.fallback.bind(data, client_ids)
+        self._sizes, self._offsets = data.train_sizes().tolist(), data.train_offsets.tolist()
 
     @override
     def _train(self, ctx: LocalTrainingContext, hooks: ClientHookSet
@@ -161,7 +169,7 @@ class VectorizedEngine(ClientEngine):
         """The trained rows evaluated with the cohort formulation, a chunk at a time (no per-client loop)."""
         if self.fallback is not None:
             return super()._trained_accuracy(client_ids, weights)
-        ids = client_ids.tolist()
+        ids = self.rows(client_ids).tolist()
         bound = {n for n, _ in self._named} | set(self._stats)  # each row's BN statistics normalise its samples
         return cohort_accuracies(self.forward, self.layout, weights, bound, self.data.x_train, self.data.y_train,
                                  [self._offsets[k] for k in ids], [self._sizes[k] for k in ids],
@@ -173,7 +181,7 @@ class VectorizedEngine(ClientEngine):
         Kept optimizer states can only share a stacked optimizer when their shared scalars (e.g.
         Adam's step count) agree, so clients are first grouped by :func:`state_signature`.
         """
-        ids = ctx.client_ids.tolist()
+        ids, rows = ctx.client_ids.tolist(), self.rows(ctx.client_ids).tolist()
         saved = [self.store.optimizer_state(k) for k in ids]
         groups: dict[object, list[int]] = {}
         for position, state in enumerate(saved):
@@ -183,7 +191,7 @@ class VectorizedEngine(ClientEngine):
         chunks = []
         for signature, positions in groups.items():
             # By decreasing tau_k (the schedule trains a shrinking prefix), then n_k, then position.
-            positions.sort(key=lambda p: (-steps[p], -self._sizes[ids[p]], p))
+            positions.sort(key=lambda p: (-steps[p], -self._sizes[rows[p]], p))
             for start in range(0, len(positions), limit):
                 part = positions[start : start + limit]
                 chunks.append((part, None if signature is None else [saved[p] for p in part]))
@@ -195,14 +203,15 @@ class VectorizedEngine(ClientEngine):
         num = len(positions)
         index = torch.tensor(positions)
         ids = ctx.client_ids[index]
-        sizes = [self._sizes[k] for k in ids.tolist()]
+        rows = self.rows(ids).tolist()  # where the chunk's samples are in self.data
+        sizes = [self._sizes[r] for r in rows]
         chunk = replace(  # the chunk's clients, with every pass option of ctx and a cache of its own
             ctx, client_ids=ids, num_steps=ctx.num_steps[index], cache={},
             active=torch.ones(num, dtype=torch.bool, device=device),
             start_rows=None if ctx.start_rows is None else ctx.start_rows[index.to(ctx.start_rows.device)])
         id_list = ids.tolist()
         schedule = build_schedule(seed=plan.seed, round_idx=ctx.round_idx, sub_round=ctx.sub_round, client_ids=id_list,
-                                  sizes=sizes, offsets=[self._offsets[k] for k in id_list],
+                                  sizes=sizes, offsets=[self._offsets[r] for r in rows],
                                   local_epochs=plan.local_epochs, batch_size=plan.batch_size, device=device,
                                   num_steps=ctx.num_steps[index].tolist(), stream=ctx.stream,
                                   batch_repeats=ctx.batch_repeats)

@@ -218,10 +218,11 @@ class RoundLogger:
         """
         shared = RoundLogger(self.loggers, self.step, None, self.outputs)
         shared._writers = self._partition_writers(type(datamodule).__name__, key)
-        if datamodule.num_classes > 0:  # real-valued targets (regression) have no labels to draw or compare
+        # Real-valued targets (regression) have no labels to draw or compare; a lazy federation does not count them.
+        if datamodule.num_classes > 0 and getattr(datamodule, "has_label_histograms", True):
             shared.log_figure("data/label_distribution_figure", datamodule.partition_figure())
             shared.log_histogram("data/client_emd", datamodule.emd_to_population())
-        shared.log_histogram("data/client_train_size", datamodule.data.train_sizes().float())
+        shared.log_histogram("data/client_train_size", datamodule.data.sizes("train").float())
         summary = datamodule.partition_summary()
         shared.log_text("data/summary", "\n".join(f"- {k}: {v}" for k, v in summary.items()))
         for writer in shared._writers:

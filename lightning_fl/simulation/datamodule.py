@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 from lightning_fl.faults.validation import ConfigError, check_test_fraction, check_val_fraction
 from lightning_fl.functional.label_stats import emd_to_population
 from lightning_fl.reporting.partition_figure import label_distribution_figure
-from lightning_fl.state.data import FederatedData, offsets_from_sizes, split_validation  # noqa: F401 (the Example)
+from lightning_fl.state.data import ClientData, FederatedData, offsets_from_sizes, split_validation  # noqa: F401
 from lightning_fl.state.init_args import RecordsInitArgs
 
 __all__ = ["FederatedDataModule"]
@@ -79,18 +79,36 @@ class FederatedDataModule(RecordsInitArgs, pl.LightningDataModule, ABC):
         ``val_fraction`` of every client's training samples to its validation split, unless the
         returned data already has one)."""
 
+    def build_source(self) -> ClientData:
+        """The federation: by default :meth:`build_data`'s, with ``val_fraction`` moved to validation.
+
+        A datamodule that produces clients on demand returns a lazy
+        :class:`~lightning_fl.state.data.ClientData` source instead (``SyntheticDataModule(lazy=True)``).
+        """
+        data = self.build_data()
+        if not isinstance(data, FederatedData):
+            name = type(self).__name__
+            raise TypeError(f"{name}.build_data must return FederatedData; got {type(data).__name__}")
+        return split_validation(data, self.val_fraction, self.seed)
+
     def setup(self, stage: str | None = None) -> None:
         """Build ``self.data`` on the first call; later calls (any stage) do nothing."""
         if self._data is None:
-            data = self.build_data()
-            if not isinstance(data, FederatedData):
-                name = type(self).__name__
-                raise TypeError(f"{name}.build_data must return FederatedData; got {type(data).__name__}")
-            self._data = split_validation(data, self.val_fraction, self.seed)
+            self._data = self.build_source()
 
     @property
-    def data(self) -> FederatedData:
-        """The federation built by :meth:`setup`."""
+    def is_lazy(self) -> bool:
+        """Whether the clients' samples are produced when a round stages them (not all in memory)."""
+        return not isinstance(self.data, FederatedData)
+
+    @property
+    def has_label_histograms(self) -> bool:
+        """Whether the ``(N, C)`` label histograms are at hand (in memory; a lazy source does not count them)."""
+        return not self.is_lazy
+
+    @property
+    def data(self) -> FederatedData | ClientData:
+        """The federation built by :meth:`setup` (a lazy :class:`ClientData` source when :attr:`is_lazy`)."""
         if self._data is None:
             raise RuntimeError(f"{type(self).__name__}.data is not built yet; call setup() first")
         return self._data
@@ -124,7 +142,10 @@ class FederatedDataModule(RecordsInitArgs, pl.LightningDataModule, ABC):
 
     # ------------------------------------------------------------------ partition reports
     def label_histograms(self) -> Tensor:
-        """``(N, C)`` ``long`` label counts of every client's train split."""
+        """``(N, C)`` ``long`` label counts of every client's train split (eager federations only)."""
+        if self.is_lazy:
+            raise ConfigError(f"{type(self).__name__} is lazy (data.lazy: true): its (N, C) label histograms are not"
+                              " counted; use data.lazy: false")
         return self.data.label_histograms("train").cpu()
 
     def emd_to_population(self) -> Tensor:
@@ -139,9 +160,10 @@ class FederatedDataModule(RecordsInitArgs, pl.LightningDataModule, ABC):
     def partition_summary(self) -> dict[str, Any]:
         """Plain numbers describing the partition: clients, train-size min/median/max, mean EMD.
 
-        The mean EMD is left out for real-valued targets (``num_classes == 0``): there are no labels.
+        The mean EMD is left out for real-valued targets (``num_classes == 0``: there are no labels) and for a
+        lazy federation (its label histograms are not counted).
         """
-        sizes = self.data.train_sizes().cpu().numpy()
+        sizes = self.data.sizes("train").cpu().numpy()
         summary = {
             "num_clients": self.num_clients,
             "num_classes": self.num_classes,
@@ -149,9 +171,9 @@ class FederatedDataModule(RecordsInitArgs, pl.LightningDataModule, ABC):
             "train_size_median": float(np.median(sizes)),
             "train_size_max": int(sizes.max()),
             "train_samples": int(sizes.sum()),
-            "val_samples": int(self.data.val_sizes().sum()),
-            "test_samples": int(self.data.test_sizes().sum()),
+            "val_samples": int(self.data.sizes("val").sum()) if self.data.has_validation else 0,
+            "test_samples": int(self.data.sizes("test").sum()),
         }
-        if self.num_classes > 0:
+        if self.num_classes > 0 and self.has_label_histograms:
             summary["mean_emd"] = float(self.emd_to_population().mean())
         return summary

@@ -34,6 +34,7 @@ from lightning_fl.simulation.default_callbacks import callbacks_to_add
 from lightning_fl.simulation.federation import ClientOptimizer, Federation, HierarchyView
 from lightning_fl.simulation.hierarchy import Hierarchy
 from lightning_fl.simulation.hparams import write_hparams
+from lightning_fl.simulation.lazy_run import LazyGlobalModelView, federation_label_histograms, set_up_data
 from lightning_fl.simulation.loop_checkpoint import CheckpointHooks
 from lightning_fl.simulation.loop_evaluation import EvaluationHooks
 from lightning_fl.simulation.lr_schedule import ClientLrSchedule
@@ -59,6 +60,7 @@ from lightning_fl.simulation.sampling import ClientSampler
 from lightning_fl.simulation.system import SystemHeterogeneity
 from lightning_fl.state.client_rows import disk_rows_factory
 from lightning_fl.state.client_state import ClientStateStore
+from lightning_fl.state.data import FederatedData
 from lightning_fl.state.flat_state import FlatStateLayout
 from lightning_fl.state.seeding import derive_seed
 from lightning_fl.personalization.personal_part import batchnorm_entries
@@ -250,18 +252,16 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
         if not isinstance(datamodule, FederatedDataModule):
             raise ConfigError("data must be a lightning_fl.datamodules.FederatedDataModule (e.g. lightning_fl.datamodules.SyntheticDataModule)")
         datamodule.setup(stage)
-        data = datamodule.data
+        data = datamodule.data  # every client's samples, or a lazy source (data.lazy: true) holding their sizes
         precision = str(self.trainer.precision)
         check_choice("trainer.precision", precision, SUPPORTED_PRECISIONS)
         if precision == "16-mixed" and self.trainer.strategy.root_device.type != "cuda":
             raise ConfigError("trainer.precision 16-mixed needs a GPU; use bf16-mixed or 32-true on CPU")
-        check_finite_inputs(data)
-        if not data.has_validation:
-            check_without_validation(self.trainer, stage)
-        check_setup(self, data, stage)
-        self.data = data.to(self.trainer.strategy.root_device)
+        # `samples`: what the engines set up and check on (client 0 alone when lazy); self.data: the federation.
+        samples, self.data = set_up_data(self, data, stage, (check_finite_inputs, check_without_validation, check_setup))
+        self.source = None if isinstance(data, FederatedData) else data
         self.model.to(self.trainer.strategy.root_device)  # Lightning moves modules after setup; the engines check now
-        check_client(self.model, self.data, self.batch_size)
+        check_client(self.model, samples, self.batch_size)
         set_cpu_threads(self.trainer.strategy.root_device, self.model, self.cpu_threads)
         if self.hierarchy is not None:
             self.hierarchy.setup(data.num_clients, self.local_epochs)
@@ -269,13 +269,13 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             self.attack.setup(data.num_clients, self.seed, None if self.hierarchy is None else self.hierarchy.members)
             self.data, self.honest_clients = self.attack.poison(self.data), self.attack.honest_clients(data.num_clients)
         cohort = data.num_clients if self.hierarchy is not None else self.clients_per_round
-        self.sampler = ClientSampler(data.num_clients, cohort, self.sampling, self.seed, data.train_sizes())
+        self.sampler = ClientSampler(data.num_clients, cohort, self.sampling, self.seed, data.sizes("train"))
         self.run_dir = Path(run_directory(self.trainer) or self.trainer.default_root_dir)  # a collective: every rank asks
         self.store = ClientStateStore(data.num_clients, self.keep_client_optimizer_state, client_state_dir(self.run_dir, self.client_state, self.trainer),
                                       self.run_dir)
         self.layout = FlatStateLayout(self.model.state_dict())
         if self.system is not None:
-            self.system.setup(data.num_clients, self.seed, self.local_epochs, self.batch_size, data.train_sizes(),
+            self.system.setup(data.num_clients, self.seed, self.local_epochs, self.batch_size, data.sizes("train"),
                               model_bytes=self.layout.numel * 4)
         self.lr_schedule = ClientLrSchedule.build(self.lr_scheduler, self._schedule_stand_in or self.optimizer_factory,
                                                   self.lr_scheduler_interval)
@@ -283,7 +283,7 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
                                  self.client_lr, precision, self.max_parallel_clients)
         self.engine: ClientEngine = build_engine(self.engine_name, plan, self.model, self.trainer.strategy.root_device)
         check_engine(self.engine, self.max_parallel_clients)
-        self.engine.setup(self.model, self.data, self.store)
+        self.engine.setup(self.model, samples, self.store, self.source)
         callbacks = [c for c in self.trainer.callbacks if isinstance(c, FederatedCallback)]
         aggregator = next(c for c in callbacks if isinstance(c, AggregationCallback))
         check_client_statistics(self.model, callbacks)
@@ -297,12 +297,13 @@ class FederatedLoop(EvaluationHooks, CheckpointHooks):
             trainable=frozenset(n for n, p in self.model.named_parameters() if p.requires_grad),
             optimizer=ClientOptimizer(self.optimizer_factory, self.client_lr, self.client_momentum,
                                       self.keep_client_optimizer_state, self.lr_schedule),
-            label_histograms=data.label_histograms("train").cpu(), train_sizes=data.train_sizes().cpu(),
+            label_histograms=federation_label_histograms(data), train_sizes=data.sizes("train").cpu(),
             hierarchy=None if self.hierarchy is None else HierarchyView(tuple(self.hierarchy.members),
                                                                         self.hierarchy.local_rounds),
             aggregation=type(aggregator).__name__, device=self.trainer.strategy.root_device, seed=self.seed,
             batch_size=self.batch_size, clients_per_round=self.clients_per_round,
-            global_model=GlobalModelView(self.model, self.data, self.layout, self.eval_batch_size, self.sharding),
+            global_model=(GlobalModelView if self.source is None else LazyGlobalModelView)(
+                self.model, samples, self.layout, self.eval_batch_size, self.sharding),
             head_prefixes=head_prefixes(self.model), batchnorm_entries=batchnorm_entries(self.model),
             evaluated=self.protocol_evaluation.evaluated, evaluation=self.eval_protocol.describe(),
             eval_protocol=self.eval_protocol,

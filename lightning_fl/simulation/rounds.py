@@ -286,7 +286,7 @@ class RoundRunner:
         mine = torch.tensor(shards[self.sharding.rank], dtype=torch.long)
         loss_before = None
         if hooks.requires_loss_before:  # measured on the whole cohort, exactly as one process does
-            loss_before = client_train_losses(self.model, self.engine.data, client_ids)[mine]
+            loss_before = client_train_losses(self.model, self.engine.data, self.engine.rows(client_ids))[mine]
         local = self.engine.train_cohort(round_idx, client_ids[mine], participation[mine], hooks,
                                          cohort_size=len(client_ids), sub_round=sub_round, local_epochs=local_epochs,
                                          loss_before=loss_before, num_steps=None if budget is None else budget[mine],
@@ -319,6 +319,8 @@ class RoundRunner:
                              f"{'moves by the DP noise alone' if self.dp is not None else 'is unchanged'}")
                 return None
             client_ids, num_steps = fates.client_ids, fates.num_steps
+        if self.engine.source is not None:  # a lazy federation: the cohort's samples, on the training device
+            self.engine.stage(client_ids)
         participation = self.store.upcoming_participation(client_ids)
         self._round_start(round_idx, client_ids, log)
         seconds = [0.0]

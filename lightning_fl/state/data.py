@@ -9,6 +9,7 @@ split back per client with the offsets.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -16,10 +17,50 @@ from torch import Tensor
 from lightning_fl.state.seeding import generator_for
 
 
+#: The splits a federation holds (``val`` only with a validation split).
+SPLITS = ("train", "val", "test")
+
+
 def offsets_from_sizes(sizes: list[int] | Tensor) -> Tensor:
     """Turn per-client sizes into ``N + 1`` cumulative offsets (``offsets[k]:offsets[k+1]`` is client k)."""
     sizes = torch.as_tensor(sizes, dtype=torch.long)
     return torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+
+
+@runtime_checkable
+class ClientData(Protocol):
+    """A federation whose clients' samples are produced when a round needs them (docs/scaling.md, Many clients).
+
+    :class:`FederatedData` is the eager implementation (every sample in memory, :meth:`stage` slices);
+    a lazy source (e.g. :class:`~lightning_fl.datamodules.lazy_synthetic.LazySyntheticData`) produces
+    only the staged clients' samples, so memory grows with the cohort, not with ``N``.
+    """
+
+    @property
+    def num_clients(self) -> int: ...
+
+    @property
+    def num_classes(self) -> int: ...
+
+    @property
+    def input_shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def has_validation(self) -> bool: ...
+
+    def sizes(self, split: str = "train") -> Tensor:
+        """``(N,)`` ``long`` samples per client of ``split``, known without producing any sample."""
+        ...
+
+    def stage(self, client_ids: Tensor, split: str = "train", device: torch.device | str | None = None
+              ) -> FederatedData:
+        """The samples of ``client_ids`` as a federation of ``len(client_ids)`` clients, in the order given.
+
+        Row ``i`` of the result is client ``client_ids[i]``. The result holds their training samples
+        (every client of a :class:`FederatedData` has some) and, for ``split`` ``val`` or ``test``, that
+        split too; the other splits are empty.
+        """
+        ...
 
 
 @dataclass
@@ -100,6 +141,43 @@ class FederatedData:
             return torch.zeros(self.num_clients, dtype=torch.long)
         return self.val_offsets.diff()
 
+    def sizes(self, split: str = "train") -> Tensor:
+        """``(N,)`` samples per client of ``split`` (the :class:`ClientData` protocol)."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
+        return {"train": self.train_sizes, "val": self.val_sizes, "test": self.test_sizes}[split]()
+
+    def stage(self, client_ids: Tensor | list[int], split: str = "train", device: torch.device | str | None = None
+              ) -> FederatedData:
+        """The federation of ``client_ids`` only, in the order given, sliced from these tensors.
+
+        See :meth:`ClientData.stage`. Row ``i`` holds exactly client ``client_ids[i]``'s samples, in the
+        order this federation keeps them, so a consumer that reads a staged cohort by position sees the
+        same tensors as one that reads this federation by client id.
+
+        Example:
+            >>> x = torch.arange(6.0).unsqueeze(1)
+            >>> data = FederatedData(x[:4], torch.zeros(4, dtype=torch.long), offsets_from_sizes([1, 3]),
+            ...                      x[4:], torch.zeros(2, dtype=torch.long), offsets_from_sizes([1, 1]), 1)
+            >>> staged = data.stage([1, 0], "test")
+            >>> staged.x_train.flatten().tolist(), staged.x_test.flatten().tolist(), staged.train_sizes().tolist()
+            ([1.0, 2.0, 3.0, 0.0], [5.0, 4.0], [3, 1])
+        """
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
+        if split == "val" and not self.has_validation:
+            raise ValueError("this federation has no validation split (val_fraction is 0)")
+        ids = torch.as_tensor(client_ids, dtype=torch.long).flatten().cpu()
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.num_clients):
+            raise ValueError(f"client ids must lie in [0, {self.num_clients}); got {ids.min()}..{ids.max()}")
+        x_tr, y_tr, off_tr = _gather_clients(*self.split("train"), ids)
+        empty = torch.zeros(len(ids) + 1, dtype=torch.long)
+        x_te, y_te, off_te = (_gather_clients(*self.split("test"), ids) if split == "test"
+                              else (self.x_test[:0], self.y_test[:0], empty))
+        val = _gather_clients(*self.split("val"), ids) if split == "val" else (None, None, None)
+        staged = FederatedData(x_tr, y_tr, off_tr, x_te, y_te, off_te, self.num_classes, *val)
+        return staged if device is None else staged.to(device)
+
     def client_train(self, k: int) -> tuple[Tensor, Tensor]:
         lo, hi = int(self.train_offsets[k]), int(self.train_offsets[k + 1])
         return self.x_train[lo:hi], self.y_train[lo:hi]
@@ -145,6 +223,17 @@ class FederatedData:
         return FederatedData(**moved)
 
 
+def _gather_clients(x: Tensor, y: Tensor, offsets: Tensor, ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The rows of clients ``ids`` (in that order) of one split, and their ``len(ids) + 1`` offsets."""
+    offsets = offsets.cpu()
+    starts, sizes = offsets[ids], offsets.diff()[ids]
+    sub = offsets_from_sizes(sizes)
+    # Sample positions of every chosen client, in order: its start, plus 0 .. n_k - 1.
+    index = torch.repeat_interleave(starts - sub[:-1], sizes) + torch.arange(int(sub[-1]))
+    index = index.to(x.device)
+    return x[index], y[index], sub
+
+
 def validation_size(n: int, val_fraction: float) -> int:
     """Validation samples taken from a client with ``n`` training samples.
 
@@ -156,6 +245,23 @@ def validation_size(n: int, val_fraction: float) -> int:
         (5, 2, 0, 2)
     """
     return min(int(round(val_fraction * n)), max(n - 1, 0))
+
+
+def client_validation_split(n: int, val_fraction: float, seed: int, client: int) -> tuple[Tensor, Tensor]:
+    """Positions ``(kept, moved)`` among client ``client``'s ``n`` training samples: what stays, what validates.
+
+    The first :func:`validation_size` of a permutation drawn from ``generator_for(seed,
+    "validation_split", client)`` move; both parts are sorted (the samples keep their order). A lazy
+    source calls this for the clients it stages, :func:`split_validation` for every client: the same split.
+
+    Example:
+        >>> kept, moved = client_validation_split(10, 0.2, seed=0, client=3)
+        >>> len(kept), len(moved), sorted(kept.tolist() + moved.tolist()) == list(range(10))
+        (8, 2, True)
+    """
+    perm = torch.randperm(n, generator=generator_for(seed, "validation_split", client))
+    n_val = validation_size(n, val_fraction)
+    return perm[n_val:].sort().values, perm[:n_val].sort().values
 
 
 def split_validation(data: FederatedData, val_fraction: float, seed: int) -> FederatedData:
@@ -179,11 +285,9 @@ def split_validation(data: FederatedData, val_fraction: float, seed: int) -> Fed
         return data
     train_idx, val_idx = [], []
     for k, (lo, hi) in enumerate(zip(data.train_offsets[:-1].tolist(), data.train_offsets[1:].tolist())):
-        n = hi - lo
-        perm = torch.randperm(n, generator=generator_for(seed, "validation_split", k))
-        n_val = validation_size(n, val_fraction)
-        val_idx.append(perm[:n_val].sort().values + lo)
-        train_idx.append(perm[n_val:].sort().values + lo)
+        kept, moved = client_validation_split(hi - lo, val_fraction, seed, k)
+        val_idx.append(moved + lo)
+        train_idx.append(kept + lo)
     train, val = torch.cat(train_idx), torch.cat(val_idx)
     device = data.x_train.device
     return FederatedData(
