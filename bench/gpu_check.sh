@@ -15,7 +15,8 @@
 # GPU_CHECK_CPU=1 shrinks everything (20 users, cohort 4, 2 rounds, accelerator cpu) to check the
 # script itself on a machine without a GPU. GPU_CHECK_BUDGET (seconds, default 480 / 1200 on CPU) caps
 # the whole run: later steps get what is left. GPU_CHECK_ONLY=a,b runs only configs whose names contain a or b;
-# GPU_CHECK_STEPS=env,configs runs only those steps (default: all); GPU_CHECK_EXTRA="--trainer.precision
+# GPU_CHECK_STEPS=env,configs runs only those steps (default: all; a name before its first dash, e.g. j4, or a
+# whole one, e.g. j4-vectorized-fp32); GPU_CHECK_EXTRA="--trainer.precision
 # 16-mixed" adds arguments to every config's command line.
 set -u
 cd "$(dirname "$0")/.."
@@ -65,7 +66,8 @@ echo "PYTHONPATH=$PYTHONPATH" >> "$ENV"
 step() {
   local name=$1 limit=$2 left began rc
   shift 2
-  if [ -n "${GPU_CHECK_STEPS:-}" ] && [ "$name" != summary ] && ! [[ ",$GPU_CHECK_STEPS," == *",${name%%-*},"* ]]; then
+  if [ -n "${GPU_CHECK_STEPS:-}" ] && [ "$name" != summary ] && ! [[ ",$GPU_CHECK_STEPS," == *",${name%%-*},"* ]] \
+      && ! [[ ",$GPU_CHECK_STEPS," == *",$name,"* ]]; then
     return
   fi
   left=$((START + BUDGET - 20 - $(date +%s)))
@@ -98,6 +100,8 @@ step configs $((CONFIG_BUDGET + 50)) env OMP_NUM_THREADS=2 $PY -m bench.gpu_conf
   --rounds 2 --jobs $JOBS --timeout 110 --budget $CONFIG_BUDGET ${GPU_CHECK_ONLY:+--only $GPU_CHECK_ONLY} \
   ${GPU_CHECK_EXTRA:+--extra "$GPU_CHECK_EXTRA"}
 step speedups 120 $J4 speedups --results "$RES" $SIZE --rounds $SPEED_ROUNDS --budget 30
+# (g) a million clients with lazy client data, each cohort staged on the GPU (bench/million.py; no SCAFFOLD row).
+step million 150 $PY -m bench.million --rounds 3 --no-scaffold --accelerator $ACCEL ${GPU_CHECK_MILLION:-}
 # (f) pfl-research 0.6.0 itself on J4 (bench/pfl_j4.py), its wheels carried in .whl/pfl/ (not a dependency of
 # the project: a site folder of its own); progress lines every 50 rounds, so a cut run still gives a rate.
 PFL_SITE=$(mktemp -d /tmp/gpu_check_pfl.XXXX)

@@ -43,7 +43,7 @@ def rows(large: int, small: int) -> list[tuple[str, int, bool, str, str]]:
 
 
 def _worker(num_clients: int, lazy: bool, aggregation: str, client_state: str, rounds: int, cohort: int,
-            subset: int, out: Path) -> None:
+            subset: int, out: Path, accelerator: str = "cpu") -> None:
     """One row, in this process: train ``rounds`` rounds, evaluate once, write the timings to ``out``."""
     started = time.perf_counter()
     import pytorch_lightning as pl
@@ -77,7 +77,7 @@ def _worker(num_clients: int, lazy: bool, aggregation: str, client_state: str, r
                          client_state=client_state, eval=EvalProtocol(client_subset=subset))
     clock = Clock()
     with tempfile.TemporaryDirectory(prefix="lfl-million-") as root:
-        trainer = pl.Trainer(default_root_dir=root, max_epochs=rounds, accelerator="cpu", logger=False,
+        trainer = pl.Trainer(default_root_dir=root, max_epochs=rounds, accelerator=accelerator, logger=False,
                              enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                              num_sanity_val_steps=0, check_val_every_n_epoch=rounds + 1,
                              callbacks=[getattr(callbacks, aggregation)(), clock])
@@ -98,7 +98,7 @@ def run_row(name: str, num_clients: int, lazy: bool, aggregation: str, client_st
         out = Path(handle.name)
     command = [sys.executable, "-m", "bench.million", "--worker", str(num_clients), str(int(lazy)), aggregation,
                client_state, "--rounds", str(args.rounds), "--cohort", str(args.cohort), "--subset", str(args.subset),
-               "--out", str(out)]
+               "--out", str(out), "--accelerator", args.accelerator]
     child = subprocess.Popen(command, cwd=REPO, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
@@ -140,6 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cohort", type=int, default=1000, help="clients per round K")
     parser.add_argument("--subset", type=int, default=1000, help="model.eval.client_subset m")
     parser.add_argument("--no-scaffold", action="store_true", help="leave out the SCAFFOLD row")
+    parser.add_argument("--accelerator", default="cpu", help="the Trainer's accelerator (gpu: staged on the GPU)")
     parser.add_argument("--large", type=int, default=1_000_000, help="N of the large federation")
     parser.add_argument("--small", type=int, default=10_000, help="N of the small federation")
     parser.add_argument("--worker", nargs=4, metavar=("N", "LAZY", "AGGREGATION", "CLIENT_STATE"), help=argparse.SUPPRESS)
@@ -147,11 +148,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.worker:
         n, lazy, aggregation, client_state = args.worker
-        _worker(int(n), lazy == "1", aggregation, client_state, args.rounds, args.cohort, args.subset, args.out)
+        _worker(int(n), lazy == "1", aggregation, client_state, args.rounds, args.cohort, args.subset, args.out,
+                args.accelerator)
         return
     chosen = [r for r in rows(args.large, args.small) if not (args.no_scaffold and r[3] == "Scaffold")]
     print(f"bench.million: Synthetic(1,1) per_client (n_k <= {MAX_SAMPLES}), logistic regression, cohort"
-          f" {args.cohort}, 1 local epoch of batch 10, vectorized engine, {args.rounds} rounds (first untimed);"
+          f" {args.cohort}, 1 local epoch of batch 10, vectorized engine on {args.accelerator}, {args.rounds} rounds"
+          f" (first untimed);"
           f" eval: global model on client_subset={args.subset} clients, once after the last round", flush=True)
     records = [run_row(*row, args) for row in chosen]
     large, small = records[0], records[1]
