@@ -6,9 +6,11 @@ sampling at ``q = K/N`` and fixed denominator (``noise_multiplier: 0, clip_norm:
 the DP run, whose sizes vary), and one with central DP (flat L2 clipping, Gaussian noise on the sum, and
 ``dp/epsilon`` from the PLD accountant after every round), the same with the RDP accountant (``dp.accountant:
 rdp``: one release's RDP vector is computed once, so the per-round epsilon costs under a millisecond where a
-fresh PLD costs 0.1-0.7 s), and prints the median wall time per round of each and their ratios to the first.
-A round's time is the wall clock between consecutive round ends (training, aggregation, the DP
-stages and the accounting; evaluation is off), the first round left out (one-off set-up).
+fresh PLD costs 0.1-0.7 s), and prints the median time per round of each and their ratios to the first.
+A round's time is the time between consecutive round ends (training, aggregation, the DP stages and the
+accounting; evaluation is off), the first round left out (one-off set-up): by default the process's CPU time
+(``time.process_time``; the runs use one torch thread, so it is the work the round costs, whatever else the
+shared machine runs), or the wall clock with ``--clock wall``.
 ``--no-accounting`` also times DP without the per-round ``dp/epsilon`` (the mechanism alone).
 """
 
@@ -25,7 +27,7 @@ JOBS = ("J1", "J2")
 
 
 def round_seconds(job_name: str, rounds: int, dp: bool, accounting: bool = True, noise: bool = True,
-                  accountant: str = "pld") -> float:
+                  accountant: str = "pld", clock: Callable[[], float] = time.process_time) -> float:
     """The median seconds per round of ``job_name`` trained ``rounds + 1`` rounds with or without central DP."""
     import pytorch_lightning as pl
     import torch
@@ -46,7 +48,7 @@ def round_seconds(job_name: str, rounds: int, dp: bool, accounting: bool = True,
 
     class RoundEnds(pl.Callback):  # everything a round does (the DP stages and dp/epsilon too), not evaluation
         def on_train_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
-            ends.append(time.perf_counter())
+            ends.append(clock())
 
     privacy = None
     if dp:
@@ -71,7 +73,7 @@ def _no_log(log: object) -> None:
 
 
 def compare(rounds: int, repeats: int, accounting_off: bool,
-            timer: Callable[..., float] = round_seconds) -> dict[str, dict[str, float]]:
+            timer: Callable[..., float] = round_seconds, **timer_args: object) -> dict[str, dict[str, float]]:
     """``{job: {variant: median seconds per round}}``, the variants alternated ``repeats`` times per job."""
     variants = {"no DP": {"dp": False}, "Poisson, no clip/noise": {"dp": True, "noise": False},
                 "central DP": {"dp": True}, "central DP, RDP": {"dp": True, "accountant": "rdp"}}
@@ -82,7 +84,7 @@ def compare(rounds: int, repeats: int, accounting_off: bool,
         times: dict[str, list[float]] = {name: [] for name in variants}
         for _ in range(repeats):  # alternated, so every variant sees the same machine load
             for name, kwargs in variants.items():
-                times[name].append(timer(job, rounds, **kwargs))
+                times[name].append(timer(job, rounds, **kwargs, **timer_args))
         out[job] = {name: statistics.median(values) for name, values in times.items()}
     return out
 
@@ -110,9 +112,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=20, help="timed rounds per run (after one warm-up round)")
     parser.add_argument("--repeats", type=int, default=3, help="alternated runs per variant")
     parser.add_argument("--no-accounting", action="store_true", help="also time DP without the per-round epsilon")
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                        help="the process's CPU time (default: robust to other load on the machine) or wall time")
     args = parser.parse_args(argv)
-    result = compare(args.rounds, args.repeats, args.no_accounting)
-    print(f"Central DP (z = 1, C = 1, Poisson q = K/N, PLD or RDP epsilon every round) vs none: median wall time per round,"
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    result = compare(args.rounds, args.repeats, args.no_accounting, clock=clock)
+    print(f"Central DP (z = 1, C = 1, Poisson q = K/N, PLD or RDP epsilon every round) vs none: median {args.clock} time per round,"
           f" {args.rounds} rounds, median of {args.repeats} alternated runs")
     print(table(result))
 
