@@ -60,11 +60,12 @@ def round_seconds(job_name: str, rounds: int, dp: bool, accounting: bool = True,
     torch.manual_seed(0)
     loop = FederatedLoop(client=job.make_model(), optimizer=job.optimizer, clients_per_round=job.clients_per_round,
                          local_epochs=job.run_epochs, batch_size=job.batch_size, seed=0, dp=privacy)
-    trainer = pl.Trainer(max_epochs=rounds + 1, accelerator="cpu", logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                         limit_val_batches=0, default_root_dir=tempfile.mkdtemp(prefix="lfl-dp-bench-"),
-                         callbacks=[FedAvg(weighting="uniform"), RoundEnds()])
-    trainer.fit(loop, datamodule=JobData())
+    with tempfile.TemporaryDirectory(prefix="lfl-dp-bench-") as root:
+        trainer = pl.Trainer(max_epochs=rounds + 1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                             limit_val_batches=0, default_root_dir=root,
+                             callbacks=[FedAvg(weighting="uniform"), RoundEnds()])
+        trainer.fit(loop, datamodule=JobData())
     return statistics.median(b - a for a, b in zip(ends, ends[1:], strict=False)) * job.epoch_scale
 
 
