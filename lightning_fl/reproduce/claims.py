@@ -12,7 +12,9 @@ of the one-sample t test of ``d = 0``. The verdicts (:func:`judge_all`):
 * **inconclusive**: the interval contains 0 and the mean is ``<= 0``;
 * **contradicted**: ``hi < 0``, a significant reversal;
 * **not testable under this reading**: the two runs are identical by construction (``Claim.untestable``
-  states why), or every per-seed difference is exactly 0 (the runs are identical).
+  states why). Two methods that merely score the same on every seed (both at 100% best-20, say) are
+  judged like any other difference of 0: a "comparable" claim is reproduced (``[0, 0]`` lies inside the
+  margin), a "better" one inconclusive.
 
 Holm's correction runs over one family: the paper's ``"better"`` claims with an interval (the claims of
 ``in_paper=False`` form a family of their own). Ranked by p-value, the claim ranked ``i`` of ``m`` is
@@ -185,8 +187,6 @@ def judge_all(claims: Sequence[tuple[Claim, Sequence[float], Sequence[float]]]) 
         summary = stats(d)
         if claim.untestable:
             verdicts[index] = Verdict(claim, summary, NOT_TESTABLE, claim.untestable)
-        elif all(x == 0.0 for x in d):
-            verdicts[index] = Verdict(claim, summary, NOT_TESTABLE, "the runs are identical")
         elif summary.n < 2:
             positive = summary.mean > 0 and claim.form != "comparable"
             verdicts[index] = Verdict(claim, summary, DIRECTION_ONLY if positive else INCONCLUSIVE,
@@ -251,6 +251,8 @@ def _unadjusted(claim: Claim, summary: Stats, p_value: float, why: str) -> Verdi
         label = DIRECTION_ONLY
         unadjusted = "the 95% interval lies above 0" if summary.ci_low > 0 else "the 95% interval holds 0"
         unadjusted += ", the mean is positive"
+    elif summary.mean == 0 and summary.std == 0:
+        label, unadjusted = INCONCLUSIVE, "every per-seed difference is 0 (the two score the same on every seed)"
     else:
         label, unadjusted = INCONCLUSIVE, "the 95% interval holds 0 and the mean is <= 0"
     return Verdict(claim, summary, label, f"{why}; {unadjusted}{_size(claim, summary)}", p_value)

@@ -135,18 +135,23 @@ def test_one_seed_gives_no_interval_and_is_judged_by_sign() -> None:
     assert up.reason == "one seed: no interval" and up.p_value is None and up.holm_level is None
 
 
-def test_untestable_and_identical_runs_are_not_testable() -> None:
+def test_untestable_runs_are_not_testable_and_equal_scores_are_judged() -> None:
     reason = "every client has the same distance, so the weights are FedAvg's"
     untestable = _claim("a", untestable=reason)
     verdict = judge(untestable, [19.0, 20.0, 21.0], [10.0, 10.0, 10.0])  # a difference, but by construction none
     assert (verdict.verdict, verdict.reason, verdict.p_value) == (NOT_TESTABLE, reason, None)
-    identical = judge(HIGHER, [70.0, 71.5, 69.0], [70.0, 71.5, 69.0])
-    assert (identical.verdict, identical.reason) == (NOT_TESTABLE, "the runs are identical")
-    assert judge(HIGHER, [70.0], [70.0]).verdict == NOT_TESTABLE  # one seed too
-    # Neither enters Holm's family: the one testable claim is checked at 95%.
+    # Equal scores on every seed are not "identical by construction": a difference of 0 judged by the rules.
+    same = judge(HIGHER, [70.0, 71.5, 69.0], [70.0, 71.5, 69.0])
+    assert same.verdict == INCONCLUSIVE and same.reason.endswith("every per-seed difference is 0 (the two score"
+                                                                 " the same on every seed)")
+    comparable = judge(_claim("c", form="comparable"), [100.0, 100.0, 100.0], [100.0, 100.0, 100.0])
+    assert comparable.verdict == REPRODUCED  # [0, 0] lies inside the margin +-1
+    assert judge(HIGHER, [70.0], [70.0]).verdict == INCONCLUSIVE  # one seed: judged by sign
+    # The untestable claim does not enter Holm's family; the tie does, with p = 1, so it ranks last:
+    # the testable claim ranks 1 of 2 and is checked at 1 - 0.05 / 2.
     *_, a = judge_all([(untestable, [19.0, 20.0, 21.0], ZEROS), (HIGHER, [1.0, 1.0], [1.0, 1.0]),
                        (_claim("a"), [9.0, 10.0, 11.0], ZEROS)])
-    assert a.holm_level == pytest.approx(0.95)
+    assert a.holm_level == pytest.approx(0.975)
 
 
 def test_comparable_claims_against_the_margin() -> None:
