@@ -3,23 +3,24 @@
 :class:`DatasetDataModule` reads every sample through ``__getitem__``, checks it (one line naming
 ``data.dataset`` and what ``__getitem__`` returned), stacks the samples into pooled ``(x, y)`` tensors and
 then does exactly what :class:`~lightning_fl.datamodules.PooledDataModule` does with them: the same
-partition and train/test streams, so the same tensors give bitwise the same federation.
+partition and train/test streams, so the same tensors give bitwise the same federation. With
+``lazy=True`` it keeps per-client index arrays instead and reads ``dataset[i]`` when a round stages the
+client (:mod:`lightning_fl.datamodules.lazy_dataset`).
 """
 
 from __future__ import annotations
 
-import numbers
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 from typing_extensions import override
 
 from lightning_fl.datamodules.assemble import check_indices
+from lightning_fl.datamodules.dataset_items import dataset_length, read_sample
+from lightning_fl.datamodules.lazy_dataset import LazyDatasetData, deal_test_indices, read_labels, split_client_indices
 from lightning_fl.datamodules.partitions import Partition
 from lightning_fl.datamodules.pooled import PooledDataModule
 from lightning_fl.datamodules.train_test_pool import deal_by_label
@@ -27,47 +28,11 @@ from lightning_fl.faults.validation import ConfigError
 from lightning_fl.state.data import ClientData, FederatedData, offsets_from_sizes
 from lightning_fl.state.seeding import generator_for
 
-__all__ = ["DatasetDataModule", "dataset_config_error", "dataset_length", "read_sample", "stack_dataset"]
+__all__ = ["DatasetDataModule", "dataset_config_error", "stack_dataset"]
 
 # jsonargparse 4.53's report on a bad ``dataset``/``test_dataset`` (pinned in requirements.lock).
 _DATASET_KEY = re.compile(r'Parser key "(dataset|test_dataset)":\n\s*(.+)(?:\n\s*(.+))?')
 _CLASS_PROBLEM = re.compile(r"Problem with given class_path '([^']+)':")
-
-
-def _describe(value: Any) -> str:
-    """What an item is, for the error line: ``Tensor(float32, (3,))``, ``str``, ``(Tensor, str)``."""
-    if isinstance(value, Tensor):
-        return f"Tensor({str(value.dtype).removeprefix('torch.')}, {tuple(value.shape)})"
-    if isinstance(value, tuple | list):
-        return "(" + ", ".join(_describe(v) for v in value) + ")"
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k!r}: {_describe(v)}" for k, v in value.items()) + "}"
-    return type(value).__name__
-
-
-def _as_tensor(value: Any, field: str, index: int, item: Any) -> Tensor:
-    """``value`` (a tensor, numpy array or number) as a tensor; anything else is a one-line ConfigError."""
-    if isinstance(value, Tensor):
-        return value
-    if isinstance(value, np.ndarray) and value.dtype != object:
-        return torch.from_numpy(value)
-    if isinstance(value, numbers.Number) and not isinstance(value, bool | complex):
-        return torch.tensor(value)
-    raise ConfigError(f"{field}[{index}] returned {_describe(item)}: __getitem__ must return (x, y) of tensors or"
-                      " numbers (e.g. add a transform that turns images into tensors)")
-
-
-def _pair(item: Any, keys: Sequence[str] | None, field: str, index: int) -> tuple[Any, Any]:
-    """The ``(x, y)`` of one item: a 2-tuple/list, or a mapping read at ``keys``."""
-    if isinstance(item, Mapping):
-        if keys is None or not all(k in item for k in keys):
-            raise ConfigError(f"{field}[{index}] returned a mapping with keys {sorted(map(str, item))}: name the"
-                              f" input and label keys as data.keys: [<input>, <label>]; got keys: {keys!r}")
-        return item[keys[0]], item[keys[1]]
-    if isinstance(item, tuple | list) and len(item) == 2:
-        return item[0], item[1]
-    raise ConfigError(f"{field}[{index}] returned {_describe(item)}: __getitem__ must return (x, y) of tensors or"
-                      " numbers, or a mapping read at data.keys")
 
 
 def dataset_config_error(report: str) -> str | None:
@@ -88,43 +53,6 @@ def dataset_config_error(report: str) -> str | None:
     if problem := _CLASS_PROBLEM.fullmatch(first):
         return f"data.{key}: class_path {problem.group(1)} cannot be used: {second}"
     return f"data.{key}: {first} (a map-style torch.utils.data.Dataset, as {{class_path: ..., init_args: {{...}}}})"
-
-
-def dataset_length(dataset: Dataset, field: str = "data.dataset") -> int:
-    """``len(dataset)`` of a non-empty map-style Dataset; anything else is a one-line ConfigError naming ``field``."""
-    if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
-        raise ConfigError(f"{field} must be a map-style torch.utils.data.Dataset (with __len__ and __getitem__);"
-                          f" got {type(dataset).__name__}")
-    n = len(dataset)
-    if n == 0:
-        raise ConfigError(f"{field} is empty (len 0); a federation needs at least one sample")
-    return n
-
-
-def read_sample(dataset: Dataset, index: int, field: str = "data.dataset", keys: Sequence[str] | None = None
-                ) -> tuple[Tensor, Tensor]:
-    """``dataset[index]`` as ``(x, y)`` tensors, ``y`` a 0-d integer label (what :func:`stack_dataset` stacks).
-
-    Raises:
-        ConfigError: For an item that is not ``(x, y)`` of tensors or numbers, a label that is not an
-            integer scalar, or an ``IndexError``/``KeyError`` from ``__getitem__`` (one line naming ``field``).
-
-    Example:
-        >>> x, y = read_sample([(torch.ones(2), 3)], 0)
-        >>> x.tolist(), y.dtype, y.shape
-        ([1.0, 1.0], torch.int64, torch.Size([]))
-    """
-    try:
-        item = dataset[index]
-    except (IndexError, KeyError) as err:
-        raise ConfigError(f"{field} has len {len(dataset)} but {field}[{index}] raised {type(err).__name__}:"
-                          f" {err}") from None
-    x, y = _pair(item, keys, field, index)
-    x, y = _as_tensor(x, field, index, item), _as_tensor(y, field, index, item)
-    if y.numel() != 1 or y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
-        raise ConfigError(f"{field}[{index}] returned label {_describe(y)}: labels must be integer scalars"
-                          " (class indices; partitions deal samples by label)")
-    return x, y.reshape(())
 
 
 def stack_dataset(dataset: Dataset, field: str = "data.dataset", keys: Sequence[str] | None = None
@@ -225,10 +153,6 @@ class DatasetDataModule(PooledDataModule):
     def build_source(self) -> ClientData:
         if not self.lazy:
             return super().build_source()
-        # Imported here: lazy_dataset reads items with this module's helpers.
-        from lightning_fl.datamodules.lazy_dataset import (LazyDatasetData, deal_test_indices, read_labels,
-                                                           split_client_indices)
-
         if self.test_dataset is None and self.partition.shares_samples and self.test_fraction > 0:
             raise ConfigError(f"test_fraction must be 0 with {self.partition!r}: clients share samples, so one client's"
                               " test split would hold another's training samples; use data.test_dataset or"

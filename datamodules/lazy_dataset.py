@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from lightning_fl.datamodules.dataset import dataset_length, read_sample
+from lightning_fl.datamodules.dataset_items import dataset_length, read_sample
 from lightning_fl.datamodules.split import split_train_test
 from lightning_fl.datamodules.train_test_pool import deal_by_label
 from lightning_fl.faults.validation import ConfigError
