@@ -162,6 +162,7 @@ class DatasetDataModule(PooledDataModule):
         clients = self.partition(y, self._num_clients, generator_for(self.seed, "partition"))
         check_indices(clients, len(y))
         num_classes = self._infer_num_classes(y)
+        y_te = None
         if self.test_dataset is None:
             train, test = split_client_indices(clients, self.test_fraction, self.seed)
         else:
@@ -169,7 +170,7 @@ class DatasetDataModule(PooledDataModule):
             self._check_test_labels(y_te, num_classes)
             train, test = clients, deal_test_indices(clients, y, y_te, num_classes, self.seed)
         return LazyDatasetData(self.dataset, train, test, num_classes, self.seed, self.val_fraction,
-                               self.test_dataset, self.keys)
+                               self.test_dataset, self.keys, labels=y, test_labels=y_te)
 
     @staticmethod
     def _check_test_labels(y_te: Tensor, num_classes: int) -> None:

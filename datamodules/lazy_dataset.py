@@ -120,6 +120,9 @@ class LazyDatasetData:
         val_fraction: Fraction of each client's training samples moved to validation (``0``: none).
         test_dataset: The official test set, or ``None``.
         keys: ``[input_key, label_key]`` for items that are mappings.
+        labels: The labels the partition dealt by (from ``labels()``, ``targets`` or a pass of the items):
+            :meth:`stage` checks that the items it reads carry them. ``None``: not checked.
+        test_labels: The same for ``test_dataset``.
 
     Raises:
         ConfigError: When ``dataset[0]`` (or ``test_dataset[0]``) is not ``(x, y)`` of tensors or numbers,
@@ -136,17 +139,22 @@ class LazyDatasetData:
 
     def __init__(self, dataset: Dataset, train_index: list[Tensor], test_index: list[Tensor], num_classes: int,
                  seed: int = 0, val_fraction: float = 0.1, test_dataset: Dataset | None = None,
-                 keys: Sequence[str] | None = None) -> None:
+                 keys: Sequence[str] | None = None, labels: Tensor | None = None,
+                 test_labels: Tensor | None = None) -> None:
         if len(train_index) != len(test_index):
             raise ValueError(f"train_index and test_index must describe the same clients; got {len(train_index)}"
                              f" and {len(test_index)}")
         self.dataset, self.test_dataset, self.keys = dataset, test_dataset, keys
+        self._labels = {"data.dataset": labels, "data.test_dataset": test_labels}
         self.seed, self.val_fraction, self._num_classes = int(seed), float(val_fraction), int(num_classes)
         self._index = {"train": _joined(train_index), "test": _joined(test_index)}
-        first = read_sample(dataset, 0, "data.dataset", keys)[0]
+        first, label = read_sample(dataset, 0, "data.dataset", keys)
+        self._check_labels("data.dataset", torch.zeros(1, dtype=torch.long), label.long().reshape(1))
         self._shape, self._dtype = tuple(first.shape), first.dtype
         if test_dataset is not None:
-            test_shape = tuple(read_sample(test_dataset, 0, "data.test_dataset", keys)[0].shape)
+            test_first, test_label = read_sample(test_dataset, 0, "data.test_dataset", keys)
+            self._check_labels("data.test_dataset", torch.zeros(1, dtype=torch.long), test_label.long().reshape(1))
+            test_shape = tuple(test_first.shape)
             if test_shape != self._shape:
                 raise ConfigError(f"data.test_dataset inputs have shape {test_shape}; data.dataset's are {self._shape}")
         total = self._index["train"][1].diff().numpy()
@@ -201,7 +209,18 @@ class LazyDatasetData:
             ys.append(y)
         if not xs:
             return torch.zeros((0, *self._shape), dtype=self._dtype), torch.zeros(0, dtype=torch.long)
-        return torch.stack(xs), torch.stack(ys).long()
+        y = torch.stack(ys).long()
+        self._check_labels(field, index, y)
+        return torch.stack(xs), y
+
+    def _check_labels(self, field: str, index: Tensor, y: Tensor) -> None:
+        """One line when the items' labels ``y`` are not the labels the partition dealt ``index`` by."""
+        dealt = self._labels[field]
+        if dealt is not None and not torch.equal(y, dealt[index]):
+            # labels()/targets that disagree with the items would silently give a partition of other labels.
+            at = int((y != dealt[index]).nonzero()[0])
+            raise ConfigError(f"{field}[{int(index[at])}] returned label {int(y[at])} but its labels()/targets say"
+                              f" {int(dealt[index][at])}: they must be the labels __getitem__ returns")
 
     def stage(self, client_ids: Tensor | list[int], split: str = "train", device: torch.device | str | None = None
               ) -> FederatedData:

@@ -168,6 +168,26 @@ def test_labels_and_targets_are_checked() -> None:
         read_labels(floats)
 
 
+def test_labels_that_are_not_the_items_labels_are_one_line() -> None:
+    class Shifted(LabelledDataset):  # like a torchvision target_transform that targets do not see
+        def __getitem__(self, index: int):  # type: ignore[no-untyped-def]
+            x, y = super().__getitem__(index)
+            return x, (y + 1) % CLASSES if index == 7 else y
+
+    dm = _module(Shifted(), True, partition=IID())  # dataset[0] agrees: set-up passes
+    owner, split = next((k, s) for k in range(N) for s, index in dm.data.client_indices(k).items()
+                        if 7 in index.tolist())
+    with pytest.raises(ConfigError, match=r"^data.dataset\[7\] returned label 2 but its labels\(\)/targets say 1"):
+        dm.data.stage([owner], split)
+
+    class ShiftedAll(LabelledDataset):
+        def labels(self) -> list[int]:
+            return [(i + 1) % CLASSES for i in range(len(self))]
+
+    with pytest.raises(ConfigError, match=r"^data.dataset\[0\] returned label 0 but its labels\(\)/targets say 1"):
+        _module(ShiftedAll(), True)
+
+
 def _off_by_one() -> IID:
     partition = IID()  # its draw replaced on the instance, like a user's buggy partition
     partition.split = lambda labels, num_clients, generator: [  # type: ignore[method-assign]
