@@ -145,6 +145,12 @@ def test_set_up_reads_labels_once_and_a_round_reads_its_cohort_only() -> None:
     assert len(calls[1][2]) == int(source.sizes("train")[calls[1][0]].sum()) < 240 // 2
 
 
+def test_the_example_dataset_gives_its_labels_without_reading_a_sample() -> None:
+    dataset = GaussianClassesDataset(num_samples=7, num_features=2, num_classes=3)
+    assert dataset.labels().tolist() == [0, 1, 2, 0, 1, 2, 0]  # i mod 3, by hand
+    assert [int(dataset[i][1]) for i in range(7)] == dataset.labels().tolist()
+
+
 def test_stage_reads_exactly_the_asked_clients_samples() -> None:
     labelled = LabelledDataset()
     source = _module(labelled, True).data
