@@ -162,6 +162,9 @@ class LazyDatasetData:
         val = np.minimum(np.round(self.val_fraction * total).astype(np.int64), np.maximum(total - 1, 0))
         self._sizes = {"train": torch.from_numpy(total - val), "val": torch.from_numpy(val),
                        "test": self._index["test"][1].diff()}
+        if bool((self._sizes["train"] <= 0).any()):  # as FederatedData refuses it in the eager path
+            empty = int((self._sizes["train"] <= 0).nonzero()[0])
+            raise ValueError(f"client {empty} has no training sample; every client needs at least one")
 
     @property
     def num_clients(self) -> int:

@@ -228,6 +228,13 @@ def test_a_non_tensor_item_behind_labels_is_caught_at_set_up() -> None:
         _module(Strings(), True)
 
 
+def test_a_client_without_training_samples_is_refused_as_the_eager_federation_refuses_it() -> None:
+    items = [(torch.zeros(2), 0)] * 3
+    with pytest.raises(ValueError, match="^client 1 has no training sample"):
+        LazyDatasetData(items, [torch.tensor([0, 1]), torch.tensor([], dtype=torch.long)],
+                        [torch.tensor([2]), torch.tensor([], dtype=torch.long)], num_classes=1)
+
+
 def test_digest_follows_the_partition_not_the_contents() -> None:
     one, same = _module(CountingDataset(), True).data, _module(CountingDataset(seed=9), True).data
     other = _module(CountingDataset(), True, seed=5).data
