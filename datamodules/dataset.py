@@ -3,28 +3,29 @@
 :class:`DatasetDataModule` reads every sample through ``__getitem__``, checks it (one line naming
 ``data.dataset`` and what ``__getitem__`` returned), stacks the samples into pooled ``(x, y)`` tensors and
 then does exactly what :class:`~lightning_fl.datamodules.PooledDataModule` does with them: the same
-partition and train/test streams, so the same tensors give bitwise the same federation.
+partition and train/test streams, so the same tensors give bitwise the same federation. With
+``lazy=True`` it keeps per-client index arrays instead and reads ``dataset[i]`` when a round stages the
+client (:mod:`lightning_fl.datamodules.lazy_dataset`).
 """
 
 from __future__ import annotations
 
-import numbers
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 from typing_extensions import override
 
 from lightning_fl.datamodules.assemble import check_indices
+from lightning_fl.datamodules.dataset_items import dataset_length, read_sample
+from lightning_fl.datamodules.lazy_dataset import LazyDatasetData, deal_test_indices, read_labels, split_client_indices
 from lightning_fl.datamodules.partitions import Partition
 from lightning_fl.datamodules.pooled import PooledDataModule
 from lightning_fl.datamodules.train_test_pool import deal_by_label
 from lightning_fl.faults.validation import ConfigError
-from lightning_fl.state.data import FederatedData, offsets_from_sizes
+from lightning_fl.state.data import ClientData, FederatedData, offsets_from_sizes
 from lightning_fl.state.seeding import generator_for
 
 __all__ = ["DatasetDataModule", "dataset_config_error", "stack_dataset"]
@@ -32,42 +33,6 @@ __all__ = ["DatasetDataModule", "dataset_config_error", "stack_dataset"]
 # jsonargparse 4.53's report on a bad ``dataset``/``test_dataset`` (pinned in requirements.lock).
 _DATASET_KEY = re.compile(r'Parser key "(dataset|test_dataset)":\n\s*(.+)(?:\n\s*(.+))?')
 _CLASS_PROBLEM = re.compile(r"Problem with given class_path '([^']+)':")
-
-
-def _describe(value: Any) -> str:
-    """What an item is, for the error line: ``Tensor(float32, (3,))``, ``str``, ``(Tensor, str)``."""
-    if isinstance(value, Tensor):
-        return f"Tensor({str(value.dtype).removeprefix('torch.')}, {tuple(value.shape)})"
-    if isinstance(value, tuple | list):
-        return "(" + ", ".join(_describe(v) for v in value) + ")"
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k!r}: {_describe(v)}" for k, v in value.items()) + "}"
-    return type(value).__name__
-
-
-def _as_tensor(value: Any, field: str, index: int, item: Any) -> Tensor:
-    """``value`` (a tensor, numpy array or number) as a tensor; anything else is a one-line ConfigError."""
-    if isinstance(value, Tensor):
-        return value
-    if isinstance(value, np.ndarray) and value.dtype != object:
-        return torch.from_numpy(value)
-    if isinstance(value, numbers.Number) and not isinstance(value, bool | complex):
-        return torch.tensor(value)
-    raise ConfigError(f"{field}[{index}] returned {_describe(item)}: __getitem__ must return (x, y) of tensors or"
-                      " numbers (e.g. add a transform that turns images into tensors)")
-
-
-def _pair(item: Any, keys: Sequence[str] | None, field: str, index: int) -> tuple[Any, Any]:
-    """The ``(x, y)`` of one item: a 2-tuple/list, or a mapping read at ``keys``."""
-    if isinstance(item, Mapping):
-        if keys is None or not all(k in item for k in keys):
-            raise ConfigError(f"{field}[{index}] returned a mapping with keys {sorted(map(str, item))}: name the"
-                              f" input and label keys as data.keys: [<input>, <label>]; got keys: {keys!r}")
-        return item[keys[0]], item[keys[1]]
-    if isinstance(item, tuple | list) and len(item) == 2:
-        return item[0], item[1]
-    raise ConfigError(f"{field}[{index}] returned {_describe(item)}: __getitem__ must return (x, y) of tensors or"
-                      " numbers, or a mapping read at data.keys")
 
 
 def dataset_config_error(report: str) -> str | None:
@@ -111,28 +76,15 @@ def stack_dataset(dataset: Dataset, field: str = "data.dataset", keys: Sequence[
         >>> stack_dataset([(torch.ones(2), 1), (torch.zeros(2), 0)])[1].tolist()
         [1, 0]
     """
-    if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
-        raise ConfigError(f"{field} must be a map-style torch.utils.data.Dataset (with __len__ and __getitem__);"
-                          f" got {type(dataset).__name__}")
-    n = len(dataset)
-    if n == 0:
-        raise ConfigError(f"{field} is empty (len 0); a federation needs at least one sample")
+    n = dataset_length(dataset, field)
     xs, ys = [], []
     for i in range(n):
-        try:
-            item = dataset[i]
-        except (IndexError, KeyError) as err:
-            raise ConfigError(f"{field} has len {n} but {field}[{i}] raised {type(err).__name__}: {err}") from None
-        x, y = _pair(item, keys, field, i)
-        x, y = _as_tensor(x, field, i, item), _as_tensor(y, field, i, item)
-        if y.numel() != 1 or y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
-            raise ConfigError(f"{field}[{i}] returned label {_describe(y)}: labels must be integer scalars"
-                              " (class indices; partitions deal samples by label)")
+        x, y = read_sample(dataset, i, field, keys)
         if xs and x.shape != xs[0].shape:
             raise ConfigError(f"{field}[{i}] returned an input of shape {tuple(x.shape)}; {field}[0]'s is"
                               f" {tuple(xs[0].shape)} (all inputs must have one shape)")
         xs.append(x)
-        ys.append(y.reshape(()))
+        ys.append(y)
     return torch.stack(xs), torch.stack(ys).long()
 
 
@@ -158,6 +110,11 @@ class DatasetDataModule(PooledDataModule):
         seed: Seed of the partition and of the splits.
         test_fraction: Fraction of each client's samples held out for testing (without ``test_dataset``).
         val_fraction: Fraction of each client's training samples moved to its validation split.
+        lazy: Keep the Dataset and per-client index arrays only (docs/datasets.md, Your own Dataset): set-up
+            reads the labels (``labels()``, ``targets``, or one pass keeping only the label) and
+            ``dataset[0]``; each round reads ``dataset[i]`` for the staged clients' indices only
+            (:class:`~lightning_fl.datamodules.lazy_dataset.LazyDatasetData`). The federation is bitwise
+            that of ``lazy: false``.
 
     Raises:
         ConfigError: At setup, before anything trains, for a sample that is not ``(x, y)`` of tensors or
@@ -183,12 +140,43 @@ class DatasetDataModule(PooledDataModule):
 
     def __init__(self, dataset: Dataset, test_dataset: Dataset | None = None, keys: list[str] | None = None,
                  partition: Partition | None = None, num_clients: int = 10, num_classes: int | None = None,
-                 seed: int = 0, test_fraction: float = 0.2, val_fraction: float = 0.1) -> None:
+                 seed: int = 0, test_fraction: float = 0.2, val_fraction: float = 0.1, lazy: bool = False) -> None:
         super().__init__(partition=partition, num_clients=num_clients, num_classes=num_classes, seed=seed,
                          test_fraction=test_fraction, val_fraction=val_fraction)
         if keys is not None and (isinstance(keys, str) or len(keys) != 2):
             raise ConfigError(f"data.keys must be two keys, [<input>, <label>]; got {keys!r}")
-        self.dataset, self.test_dataset, self.keys = dataset, test_dataset, keys
+        if not isinstance(lazy, bool):
+            raise ConfigError(f"data.lazy must be true or false; got {lazy!r}")
+        self.dataset, self.test_dataset, self.keys, self.lazy = dataset, test_dataset, keys, lazy
+
+    @override
+    def build_source(self) -> ClientData:
+        if not self.lazy:
+            return super().build_source()
+        if self.test_dataset is None and self.partition.shares_samples and self.test_fraction > 0:
+            raise ConfigError(f"test_fraction must be 0 with {self.partition!r}: clients share samples, so one client's"
+                              " test split would hold another's training samples; use data.test_dataset or"
+                              " partition.replacement: false")
+        y = read_labels(self.dataset, "data.dataset", self.keys)
+        y = self._check_pooled(y, y)  # only the length of the first argument (the inputs) is read
+        clients = self.partition(y, self._num_clients, generator_for(self.seed, "partition"))
+        check_indices(clients, len(y))
+        num_classes = self._infer_num_classes(y)
+        y_te = None
+        if self.test_dataset is None:
+            train, test = split_client_indices(clients, self.test_fraction, self.seed)
+        else:
+            y_te = read_labels(self.test_dataset, "data.test_dataset", self.keys)
+            self._check_test_labels(y_te, num_classes)
+            train, test = clients, deal_test_indices(clients, y, y_te, num_classes, self.seed)
+        return LazyDatasetData(self.dataset, train, test, num_classes, self.seed, self.val_fraction,
+                               self.test_dataset, self.keys, labels=y, test_labels=y_te)
+
+    @staticmethod
+    def _check_test_labels(y_te: Tensor, num_classes: int) -> None:
+        if int(y_te.min()) < 0 or int(y_te.max()) >= num_classes:
+            raise ConfigError(f"data.test_dataset labels must lie in [0, {num_classes}) (num_classes); got"
+                              f" {int(y_te.min())}..{int(y_te.max())}")
 
     @override
     def load_pooled(self) -> tuple[Tensor, Tensor]:
@@ -205,9 +193,7 @@ class DatasetDataModule(PooledDataModule):
                               f" {tuple(x_tr.shape[1:])}")
         y_tr = self._check_pooled(x_tr, y_tr)
         num_classes = self._infer_num_classes(y_tr)
-        if int(y_te.min()) < 0 or int(y_te.max()) >= num_classes:
-            raise ConfigError(f"data.test_dataset labels must lie in [0, {num_classes}) (num_classes); got"
-                              f" {int(y_te.min())}..{int(y_te.max())}")
+        self._check_test_labels(y_te, num_classes)
         clients = self.partition(y_tr, self._num_clients, generator_for(self.seed, "partition"))
         check_indices(clients, len(y_tr))
         owner = torch.repeat_interleave(torch.arange(len(clients)), torch.tensor([len(c) for c in clients]))

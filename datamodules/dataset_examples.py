@@ -23,7 +23,8 @@ class GaussianClassesDataset(Dataset):
     Class ``c`` has mean ``m_c ~ N(0, separation^2 I)`` (drawn once from ``(seed, "means")``); sample
     ``i`` has label ``i mod num_classes`` and input ``m_{y_i} + e_i`` with ``e_i ~ N(0, I)`` drawn from
     its own stream ``(seed, "sample", i)``. Reading one sample therefore never needs the others, as a
-    data set too large for memory would be read.
+    data set too large for memory would be read, and :meth:`labels` gives every label without reading a
+    sample, so ``DatasetDataModule(lazy=True)`` reads no item but the first at set-up.
 
     Args:
         num_samples: Number of samples.
@@ -60,6 +61,10 @@ class GaussianClassesDataset(Dataset):
 
     def __len__(self) -> int:
         return self.num_samples
+
+    def labels(self) -> Tensor:
+        """Every sample's label, ``i mod num_classes``, without drawing any input (a lazy federation reads these)."""
+        return torch.arange(self.num_samples) % self.num_classes
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
         if not 0 <= index < self.num_samples:
