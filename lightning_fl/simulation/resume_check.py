@@ -30,7 +30,7 @@ from lightning_fl.state.init_args import describe
 LOOP_FIELDS = ("clients_per_round", "local_epochs", "batch_size", "sampling", "seed", "keep_client_optimizer_state",
                "on_client_divergence")
 #: Fields recorded since a later version; a checkpoint written before lacks them and they are not compared.
-LATER_FIELDS = ("model.hierarchy.local_rounds", "data.generator")
+LATER_FIELDS = ("model.hierarchy.local_rounds", "data.generator", "data.lazy")
 
 
 def data_digest(data: FederatedData) -> str:

@@ -133,3 +133,7 @@ def test_checkpoints_before_the_option_resume_with_the_default() -> None:
     now = {**saved, "data.generator": "fedprox"}
     assert changed_fields(now, {**now, "data.generator": "pfedme"}) == [
         "data.generator: checkpoint 'fedprox' vs config 'pfedme'"]
+    # data.lazy came later still: a checkpoint without it resumes, one with it is compared.
+    assert changed_fields(now, {**now, "data.lazy": False}) == []
+    assert changed_fields({**now, "data.lazy": False}, {**now, "data.lazy": True}) == [
+        "data.lazy: checkpoint False vs config True"]
