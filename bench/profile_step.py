@@ -95,9 +95,13 @@ def swap_convolutions(forward: FoldedForward, form: str) -> None:
 
 
 def _sgd(params: list[Tensor], loss: Tensor, lr: float) -> None:
-    grads = torch.autograd.grad(loss, params)
+    """``w -= lr * grad`` with the gradients in ``.grad``, as the engines' optimizers get them (``backward``
+    hands ``.grad`` a gradient in the parameter's own layout: a copy when autograd made it in another)."""
+    for p in params:
+        p.grad = None
+    loss.backward()
     with torch.no_grad():
-        torch._foreach_add_(params, grads, alpha=-lr)
+        torch._foreach_add_(params, [p.grad for p in params], alpha=-lr)
 
 
 def step_functions(model: nn.Module, x: Tensor, y: Tensor, clients: int, lr: float, forms: list[str],

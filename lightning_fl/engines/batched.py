@@ -70,14 +70,24 @@ class FoldedLayer(nn.Module):
 
 
 class FoldedLinear(FoldedLayer):
-    """``y_c = x_c W_c^T + b_c`` for every client ``c`` as one ``baddbmm``."""
+    """``y_c = x_c W_c^T + b_c`` for every client ``c`` as one ``baddbmm``.
+
+    Which operand is transposed decides which tensor autograd must copy: ``x_c W_c^T`` gives
+    ``W_c``'s gradient as a transposed view, which the optimizer's ``.grad`` receives as a fresh
+    contiguous copy of all ``C`` weight matrices every step; ``(W_c x_c^T)^T`` gives it contiguous and
+    copies the (transposed) output instead. The second is the smaller copy when a client has fewer rows
+    than input features (a CNN's dense layers at batch 10: J3's first one is 10 x 3136).
+    """
 
     @override
     def forward(self, x: Tensor) -> Tensor:
         weight, bias = self.param("weight"), self.param("bias")
         n = weight.shape[0]
         xs = x.reshape(n, -1, x.shape[-1])
-        out = torch.bmm(xs, weight.mT) if bias is None else torch.baddbmm(bias.unsqueeze(1), xs, weight.mT)
+        if xs.shape[1] < xs.shape[2]:
+            out = (torch.bmm(weight, xs.mT) if bias is None else torch.baddbmm(bias.unsqueeze(2), weight, xs.mT)).mT
+        else:
+            out = torch.bmm(xs, weight.mT) if bias is None else torch.baddbmm(bias.unsqueeze(1), xs, weight.mT)
         return out.reshape(*x.shape[:-1], weight.shape[1])
 
 
