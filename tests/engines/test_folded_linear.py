@@ -21,7 +21,7 @@ def test_folded_linear_matches_linear_per_client(rows, inp, out, bias):
     if bias:
         params["0.bias"] = torch.randn(clients, out, generator=gen).requires_grad_()
     forward.bind(params)
-    x = torch.randn(clients * rows, inp, generator=gen)
+    x = torch.randn(clients * rows, inp, generator=gen).requires_grad_()  # a hidden layer: dx is needed too
     got = forward(x)
     want = torch.cat([F.linear(x[c * rows:(c + 1) * rows], params["0.weight"][c],
                                params["0.bias"][c] if bias else None) for c in range(clients)])
@@ -29,6 +29,8 @@ def test_folded_linear_matches_linear_per_client(rows, inp, out, bias):
     cotangent = torch.randn(want.shape, generator=gen)
     (got * cotangent).sum().backward()
     grads = {n: p.grad for n, p in params.items()}
+    torch.testing.assert_close(x.grad, torch.cat([cotangent[c * rows:(c + 1) * rows] @ params["0.weight"][c].detach()
+                                                  for c in range(clients)]), rtol=1e-5, atol=1e-6)
     for p in params.values():
         p.grad = None
     (want * cotangent).sum().backward()
@@ -48,3 +50,24 @@ def test_folded_linear_keeps_leading_dimensions():
     got = forward(x)
     for c in range(2):
         torch.testing.assert_close(got[c], F.linear(x[c], params["0.weight"][c], params["0.bias"][c]))
+
+
+@pytest.mark.parametrize("rows,inp", [(2, 7), (6, 3)])
+def test_folded_linear_under_autocast_matches_linear_per_client(rows, inp):
+    """bf16 autocast (autograd's own backward, either operand order): gradients as per-client ``linear`` gives."""
+    gen = torch.Generator().manual_seed(3)
+    forward = FoldedForward(nn.Sequential(nn.Linear(inp, 4)))
+    params = {"0.weight": torch.randn(2, 4, inp, generator=gen).requires_grad_(),
+              "0.bias": torch.randn(2, 4, generator=gen).requires_grad_()}
+    forward.bind(params)
+    x = torch.randn(2 * rows, inp, generator=gen)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = forward(x)
+        want = torch.cat([F.linear(x[c * rows:(c + 1) * rows], params["0.weight"][c], params["0.bias"][c])
+                          for c in range(2)])
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+    grads = torch.autograd.grad(got.float().sum(), list(params.values()))
+    want_grads = torch.autograd.grad(want.float().sum(), list(params.values()))
+    for g, w in zip(grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
