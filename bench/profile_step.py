@@ -61,7 +61,10 @@ def conv_grouped(x: Tensor, weight: Tensor, bias: Tensor | None, conv: dict, cha
 
 
 def conv_unfold(x: Tensor, weight: Tensor, bias: Tensor | None, conv: dict) -> Tensor:
-    """im2col (``unfold``) of every image, then one ``baddbmm`` over the clients: ``(C, B L, Cin k k) @ (C, Cin k k, Out)``."""
+    """im2col (``unfold``) of every image, then one ``baddbmm`` over the clients.
+
+    ``(C, B L, Cin k k) @ (C, Cin k k, Out)``; the backward (``col2im``) is autograd's.
+    """
     n, out_ch = weight.shape[:2]
     batch = x.shape[0] // n
     cols = F.unfold(x, tuple(weight.shape[3:]), conv["dilation"], conv["padding"], conv["stride"])  # (C B, Cin k k, L)
@@ -167,7 +170,8 @@ def compare(job: Job, forms: list[str], chunks: list[int], repeats: int) -> dict
             wall[name].append(time.perf_counter() - started_wall)
     medians = {name: statistics.median(t) for name, t in cpu.items()}
     walls = {name: statistics.median(t) for name, t in wall.items()}
-    print(f"{'variant':18s} {'CPU ms':>8s} {'seq/x':>6s} {'wall ms':>8s} {'seq/x':>6s}  (median of {repeats}, alternated)")
+    print(f"{'variant':18s} {'CPU ms':>8s} {'seq/x':>6s} {'wall ms':>8s} {'seq/x':>6s}"
+          f"  (median of {repeats}, alternated)")
     for name, value in medians.items():
         print(f"{name:18s} {value * 1e3:8.1f} {medians['sequential'] / value:6.2f} {walls[name] * 1e3:8.1f}"
               f" {walls['sequential'] / walls[name]:6.2f}")

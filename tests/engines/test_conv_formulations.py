@@ -68,7 +68,8 @@ def test_compare_steps_are_one_sgd_step_of_each_client():
     clients, batch, lr = 3, 2, 0.1
     x = torch.randn(clients * batch, 1, 28, 28, generator=gen)
     y = torch.randint(0, 10, (clients * batch,), generator=gen)
-    steps, weights = step_functions(model, x, y, clients, lr, sorted(CONV_FORMS), chunks=[2])  # 3 clients: a chunk of 2 and one of 1
+    # 3 clients in chunks of 2: a pass of 2 stacked clients and one of 1.
+    steps, weights = step_functions(model, x, y, clients, lr, sorted(CONV_FORMS), chunks=[2])
     assert set(weights) == {"sequential"} | {f"{f}/{c}" for f in CONV_FORMS for c in (2,)}
     names = [n for n, _ in model.named_parameters()]
     expected = {n: [] for n in names}
