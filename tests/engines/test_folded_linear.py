@@ -35,9 +35,19 @@ def test_folded_linear_matches_linear_per_client(rows, inp, out, bias):
         p.grad = None
     (want * cotangent).sum().backward()
     for n, p in params.items():
-        # The gradient arrives in the parameter's own (contiguous) layout, whichever product ran.
-        assert grads[n].is_contiguous()
         torch.testing.assert_close(grads[n], p.grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows,inp", [(2, 7), (6, 3)])
+def test_folded_linear_weight_gradient_is_made_contiguous(rows, inp):
+    """The backward hands out ``W``'s gradient in ``W``'s layout itself, so ``.grad`` needs no copy of it
+    (a transposed view here costs a full copy of every client's weights each step)."""
+    gen = torch.Generator().manual_seed(4)
+    forward = FoldedForward(nn.Sequential(nn.Linear(inp, 5)))
+    weight = torch.randn(3, 5, inp, generator=gen).requires_grad_()
+    forward.bind({"0.weight": weight, "0.bias": torch.zeros(3, 5)})
+    (grad,) = torch.autograd.grad(forward(torch.randn(3 * rows, inp, generator=gen)).square().sum(), [weight])
+    assert grad.is_contiguous()
 
 
 def test_folded_linear_keeps_leading_dimensions():
