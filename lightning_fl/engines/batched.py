@@ -69,15 +69,49 @@ class FoldedLayer(nn.Module):
         return self._owner.params.get(self.prefix + name)
 
 
+class _StackedLinear(torch.autograd.Function):
+    """``baddbmm(b, x, W^T)`` with its backward written out, each product in its fast layout.
+
+    Autograd's ``bmm`` backward for ``x W^T`` forms ``W``'s gradient as ``(x^T g)^T``, a transposed view
+    that ``.grad`` receives as a second full copy of all ``C`` weight matrices, and ``x``'s gradient as
+    ``W^T``-major products that ran 6x slower than ``g W`` on J3's first dense layer (10 clients x
+    512 x 3136). Here ``dW = g^T x`` and ``dx = g W`` come out contiguous.
+    """
+
+    @staticmethod
+    def forward(ctx, xs: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:  # noqa: ANN001 - autograd's ctx
+        ctx.save_for_backward(xs, weight)
+        ctx.has_bias = bias is not None
+        return torch.bmm(xs, weight.mT) if bias is None else torch.baddbmm(bias.unsqueeze(1), xs, weight.mT)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:  # noqa: ANN001
+        xs, weight = ctx.saved_tensors
+        grad_x = torch.bmm(grad, weight) if ctx.needs_input_grad[0] else None
+        grad_w = torch.bmm(grad.mT, xs) if ctx.needs_input_grad[1] else None
+        grad_b = grad.sum(1) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return grad_x, grad_w, grad_b
+
+
 class FoldedLinear(FoldedLayer):
-    """``y_c = x_c W_c^T + b_c`` for every client ``c`` as one ``baddbmm``."""
+    """``y_c = x_c W_c^T + b_c`` for every client ``c`` as one ``baddbmm`` (backward: :class:`_StackedLinear`).
+
+    Under autocast autograd differentiates the product itself (it knows the casts); there the
+    transposed form ``(W_c x_c^T)^T`` is used when a client has fewer rows than input features, so that
+    ``W``'s gradient arrives contiguous and the copy is the (smaller) output's.
+    """
 
     @override
     def forward(self, x: Tensor) -> Tensor:
         weight, bias = self.param("weight"), self.param("bias")
         n = weight.shape[0]
         xs = x.reshape(n, -1, x.shape[-1])
-        out = torch.bmm(xs, weight.mT) if bias is None else torch.baddbmm(bias.unsqueeze(1), xs, weight.mT)
+        if not torch.is_autocast_enabled(x.device.type):
+            out = _StackedLinear.apply(xs, weight, bias)
+        elif xs.shape[1] < xs.shape[2]:
+            out = (torch.bmm(weight, xs.mT) if bias is None else torch.baddbmm(bias.unsqueeze(2), weight, xs.mT)).mT
+        else:
+            out = torch.bmm(xs, weight.mT) if bias is None else torch.baddbmm(bias.unsqueeze(1), xs, weight.mT)
         return out.reshape(*x.shape[:-1], weight.shape[1])
 
 
