@@ -121,3 +121,21 @@ def _fast_tuning_poll(monkeypatch):
     from lightning_fl.experiments import tuning_runs
 
     monkeypatch.setattr(tuning_runs, "POLL_SECONDS", 0.01)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_folders_under_pytests_own(tmp_path_factory):
+    """Trainer roots from ``tempfile.mkdtemp`` (in tests and in the code they run) land in a folder of pytest's,
+    which keeps only its last three runs: before, every run of the suite left about 1,500 ``/tmp/lfl-*`` folders.
+    Subprocesses (CLI and multi-process tests) follow through ``TMPDIR``."""
+    import tempfile
+
+    folder = str(tmp_path_factory.mktemp("tempfile"))
+    saved, saved_env = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir, os.environ["TMPDIR"] = folder, folder
+    yield
+    tempfile.tempdir = saved
+    if saved_env is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved_env
