@@ -328,4 +328,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from bench.variants import quiet_lightning
+
+    quiet_lightning()
     main()

@@ -197,4 +197,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    from bench.variants import quiet_lightning
+
+    quiet_lightning()
     main()

@@ -117,4 +117,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
 
 
 if __name__ == "__main__":
+    from bench.variants import quiet_lightning
+
+    quiet_lightning()
     main()

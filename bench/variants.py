@@ -32,8 +32,17 @@ from lightning_fl.state.client_state import ClientStateStore
 from lightning_fl.state.data import FederatedData
 from lightning_fl.state.flat_state import FlatStateLayout
 
-for _name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric"):
-    logging.getLogger(_name).setLevel(logging.ERROR)
+
+
+def quiet_lightning() -> None:
+    """Silence Lightning's INFO lines (one set per naive client's Trainer) for a benchmark's command line.
+
+    Called by the ``bench`` entry points, never on import: a test that imports a bench module keeps its
+    logging (raising these loggers' level hid every later test's ``rank_zero_info`` lines from ``caplog``).
+    """
+    for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
 warnings.filterwarnings("ignore", message=".*does not have many workers.*")
 warnings.filterwarnings("ignore", message=".*The number of training batches.*")
 
