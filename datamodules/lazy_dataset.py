@@ -22,7 +22,15 @@ from lightning_fl.datamodules.dataset_items import dataset_length, read_sample
 from lightning_fl.datamodules.split import split_train_test
 from lightning_fl.datamodules.train_test_pool import deal_by_label
 from lightning_fl.faults.validation import ConfigError
-from lightning_fl.state.data import SPLITS, FederatedData, client_validation_split, offsets_from_sizes
+from lightning_fl.state.data import (
+    FederatedData,
+    assemble_staged,
+    checked_stage_ids,
+    client_validation_split,
+    offsets_from_sizes,
+    SizedClientData,
+    staged_splits,
+)
 from lightning_fl.state.seeding import generator_for
 
 __all__ = ["LazyDatasetData", "deal_test_indices", "read_labels", "split_client_indices"]
@@ -103,7 +111,7 @@ def _joined(parts: list[Tensor]) -> tuple[Tensor, Tensor]:
     return flat, offsets_from_sizes([len(p) for p in parts])
 
 
-class LazyDatasetData:
+class LazyDatasetData(SizedClientData):
     """A Dataset split among clients by index, as a :class:`~lightning_fl.state.data.ClientData` source.
 
     Holds the Dataset and one index per training and test sample (with ``N + 1`` offsets per split);
@@ -171,22 +179,8 @@ class LazyDatasetData:
         return len(self._index["train"][1]) - 1
 
     @property
-    def num_classes(self) -> int:
-        return self._num_classes
-
-    @property
     def input_shape(self) -> tuple[int, ...]:
         return self._shape
-
-    @property
-    def has_validation(self) -> bool:
-        return self.val_fraction > 0
-
-    def sizes(self, split: str = "train") -> Tensor:
-        """``(N,)`` ``long`` samples per client of ``split``, from the index arrays (no sample is read)."""
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
-        return self._sizes[split]
 
     def client_indices(self, client: int) -> dict[str, Tensor]:
         """Client ``client``'s sample indices of every split (``val`` only with a validation split)."""
@@ -228,14 +222,8 @@ class LazyDatasetData:
     def stage(self, client_ids: Tensor | list[int], split: str = "train", device: torch.device | str | None = None
               ) -> FederatedData:
         """Read the samples of ``client_ids`` (in that order) as a federation (see ``ClientData.stage``)."""
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
-        if split == "val" and not self.has_validation:
-            raise ValueError("this federation has no validation split (val_fraction is 0)")
-        ids = torch.as_tensor(client_ids, dtype=torch.long).flatten().tolist()
-        if ids and (min(ids) < 0 or max(ids) >= self.num_clients):
-            raise ValueError(f"client ids must lie in [0, {self.num_clients}); got {min(ids)}..{max(ids)}")
-        wanted = ("train", split) if split != "train" else ("train",)
+        ids = checked_stage_ids(client_ids, split, self.num_clients, self.has_validation).tolist()
+        wanted = staged_splits(split)
         parts: dict[str, list[Tensor]] = {s: [] for s in wanted}
         for client in ids:
             own = self.client_indices(client)
@@ -244,9 +232,7 @@ class LazyDatasetData:
         joined = {s: (*self._read(s, _joined(p)[0]), offsets_from_sizes([len(i) for i in p]))
                   for s, p in parts.items()}
         empty = (*self._read("test", torch.zeros(0, dtype=torch.long)), torch.zeros(len(ids) + 1, dtype=torch.long))
-        staged = FederatedData(*joined["train"], *joined.get("test", empty), self._num_classes,
-                               *joined.get("val", (None, None, None)))
-        return staged if device is None else staged.to(device)
+        return assemble_staged(joined, empty, self._num_classes, device)
 
     def digest(self) -> str:
         """A SHA-256 of the index arrays, the options and the Datasets' classes and lengths (the resume check).

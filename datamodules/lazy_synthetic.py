@@ -25,7 +25,15 @@ from torch import Tensor
 
 from lightning_fl.datamodules.split import split_train_test
 from lightning_fl.faults.validation import check_non_negative, check_positive, check_test_fraction, check_val_fraction
-from lightning_fl.state.data import SPLITS, FederatedData, client_validation_split, offsets_from_sizes
+from lightning_fl.state.data import (
+    FederatedData,
+    assemble_staged,
+    checked_stage_ids,
+    client_validation_split,
+    offsets_from_sizes,
+    SizedClientData,
+    staged_splits,
+)
 from lightning_fl.state.seeding import generator_for
 
 __all__ = ["LazySyntheticData", "split_sizes", "synthetic_client", "synthetic_sizes"]
@@ -89,7 +97,7 @@ def synthetic_client(alpha: float, beta: float, iid: bool, seed: int, client: in
     return torch.from_numpy(x.astype(np.float32)), torch.from_numpy(y.astype(np.int64))
 
 
-class LazySyntheticData:
+class LazySyntheticData(SizedClientData):
     """The ``per_client`` Synthetic federation as a :class:`~lightning_fl.state.data.ClientData` source.
 
     Holds the ``N`` sizes (8 bytes per client and split) and nothing else: :meth:`stage` generates the
@@ -136,22 +144,8 @@ class LazySyntheticData:
         return self._num_clients
 
     @property
-    def num_classes(self) -> int:
-        return self._num_classes
-
-    @property
     def input_shape(self) -> tuple[int, ...]:
         return (self._num_features,)
-
-    @property
-    def has_validation(self) -> bool:
-        return self.val_fraction > 0
-
-    def sizes(self, split: str = "train") -> Tensor:
-        """``(N,)`` ``long`` samples per client of ``split``, from the size stream alone."""
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
-        return self._sizes[split]
 
     def client_splits(self, client: int) -> dict[str, tuple[Tensor, Tensor]]:
         """Client ``client``'s ``(x, y)`` of every split (``val`` only with a validation split)."""
@@ -172,14 +166,8 @@ class LazySyntheticData:
     def stage(self, client_ids: Tensor | list[int], split: str = "train", device: torch.device | str | None = None
               ) -> FederatedData:
         """Generate the samples of ``client_ids`` (in that order) as a federation (see ``ClientData.stage``)."""
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
-        if split == "val" and not self.has_validation:
-            raise ValueError("this federation has no validation split (val_fraction is 0)")
-        ids = torch.as_tensor(client_ids, dtype=torch.long).flatten().tolist()
-        if ids and (min(ids) < 0 or max(ids) >= self._num_clients):
-            raise ValueError(f"client ids must lie in [0, {self._num_clients}); got {min(ids)}..{max(ids)}")
-        wanted = ("train", split) if split != "train" else ("train",)
+        ids = checked_stage_ids(client_ids, split, self._num_clients, self.has_validation).tolist()
+        wanted = staged_splits(split)
         parts: dict[str, list[tuple[Tensor, Tensor]]] = {s: [] for s in wanted}
         for client in ids:
             splits = self.client_splits(client)
@@ -190,9 +178,7 @@ class LazySyntheticData:
                       offsets_from_sizes([len(y) for _, y in p])) for s, p in parts.items()}
         empty = (torch.zeros(0, self._num_features), torch.zeros(0, dtype=torch.long), torch.zeros(len(ids) + 1,
                                                                                                    dtype=torch.long))
-        staged = FederatedData(*joined["train"], *joined.get("test", empty), self._num_classes,
-                               *joined.get("val", (None, None, None)))
-        return staged if device is None else staged.to(device)
+        return assemble_staged(joined, empty, self._num_classes, device)
 
     def digest(self) -> str:
         """A SHA-256 of what determines every sample (the resume check compares it, as it hashes eager data)."""

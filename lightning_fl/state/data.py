@@ -163,20 +163,10 @@ class FederatedData:
             >>> staged.x_train.flatten().tolist(), staged.x_test.flatten().tolist(), staged.train_sizes().tolist()
             ([1.0, 2.0, 3.0, 0.0], [5.0, 4.0], [3, 1])
         """
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
-        if split == "val" and not self.has_validation:
-            raise ValueError("this federation has no validation split (val_fraction is 0)")
-        ids = torch.as_tensor(client_ids, dtype=torch.long).flatten().cpu()
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.num_clients):
-            raise ValueError(f"client ids must lie in [0, {self.num_clients}); got {ids.min()}..{ids.max()}")
-        x_tr, y_tr, off_tr = _gather_clients(*self.split("train"), ids)
-        empty = torch.zeros(len(ids) + 1, dtype=torch.long)
-        x_te, y_te, off_te = (_gather_clients(*self.split("test"), ids) if split == "test"
-                              else (self.x_test[:0], self.y_test[:0], empty))
-        val = _gather_clients(*self.split("val"), ids) if split == "val" else (None, None, None)
-        staged = FederatedData(x_tr, y_tr, off_tr, x_te, y_te, off_te, self.num_classes, *val)
-        return staged if device is None else staged.to(device)
+        ids = checked_stage_ids(client_ids, split, self.num_clients, self.has_validation)
+        joined = {s: _gather_clients(*self.split(s), ids) for s in staged_splits(split)}
+        empty = (self.x_test[:0], self.y_test[:0], torch.zeros(len(ids) + 1, dtype=torch.long))
+        return assemble_staged(joined, empty, self.num_classes, device)
 
     def client_train(self, k: int) -> tuple[Tensor, Tensor]:
         lo, hi = int(self.train_offsets[k]), int(self.train_offsets[k + 1])
@@ -297,3 +287,56 @@ def split_validation(data: FederatedData, val_fraction: float, seed: int) -> Fed
         x_val=data.x_train[val.to(device)], y_val=data.y_train[val.to(device)],
         val_offsets=offsets_from_sizes([len(i) for i in val_idx]),
     )
+
+
+def checked_stage_ids(client_ids: Tensor | list[int], split: str, num_clients: int, has_validation: bool) -> Tensor:
+    """The ``(K,)`` ``long`` CPU ids of a :meth:`ClientData.stage` call, after the checks every source makes.
+
+    Raises:
+        ValueError: For a ``split`` outside :data:`SPLITS`, ``val`` without a validation split, or an id
+            outside ``[0, num_clients)``.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
+    if split == "val" and not has_validation:
+        raise ValueError("this federation has no validation split (val_fraction is 0)")
+    ids = torch.as_tensor(client_ids, dtype=torch.long).flatten().cpu()
+    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= num_clients):
+        raise ValueError(f"client ids must lie in [0, {num_clients}); got {int(ids.min())}..{int(ids.max())}")
+    return ids
+
+
+def staged_splits(split: str) -> tuple[str, ...]:
+    """The splits a staged federation holds: ``train`` always (the engines train on it), and ``split``."""
+    return ("train", split) if split != "train" else ("train",)
+
+
+def assemble_staged(joined: dict[str, tuple[Tensor, Tensor, Tensor]], empty: tuple[Tensor, Tensor, Tensor],
+                    num_classes: int, device: torch.device | str | None = None) -> FederatedData:
+    """A staged federation from its splits' ``(x, y, offsets)``; ``empty`` stands in for a test split not staged."""
+    staged = FederatedData(*joined["train"], *joined.get("test", empty), num_classes,
+                           *joined.get("val", (None, None, None)))
+    return staged if device is None else staged.to(device)
+
+
+class SizedClientData:
+    """What the lazy :class:`ClientData` sources share: their per-split ``(N,)`` sizes held in memory (``_sizes``),
+    ``_num_classes`` and ``val_fraction``, set by the subclass; the samples themselves come from its ``stage``."""
+
+    _num_classes: int
+    _sizes: dict[str, Tensor]
+    val_fraction: float
+
+    @property
+    def num_classes(self) -> int:
+        return self._num_classes
+
+    @property
+    def has_validation(self) -> bool:
+        return self.val_fraction > 0
+
+    def sizes(self, split: str = "train") -> Tensor:
+        """``(N,)`` ``long`` samples per client of ``split``, known without producing a sample."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
+        return self._sizes[split]
