@@ -51,14 +51,6 @@ class PflModule(nn.Module):
                 "accuracy": Weighted(float((logits.argmax(1) == y).sum()), len(y))}
 
 
-def test_accuracy(module: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000) -> float:
-    """Accuracy of ``module`` in eval mode over ``(x, y)``."""
-    module.eval()
-    with torch.no_grad():
-        correct = sum(int((module(x[i:i + batch]).argmax(1) == y[i:i + batch]).sum()) for i in range(0, len(y), batch))
-    return correct / len(y)
-
-
 def run(rounds: int, users: int, cohort: int, out_dir: Path, progress: int) -> dict:
     """Train J4 for ``rounds`` rounds with pfl; returns the final record."""
     import os
@@ -75,6 +67,7 @@ def run(rounds: int, users: int, cohort: int, out_dir: Path, progress: int) -> d
     from pfl.metrics import Metrics
     from pfl.model.pytorch import PyTorchModel
 
+    from bench.gpu_j4 import test_accuracy
     from bench.jobs import pfl_job
 
     device = torch.device(os.environ.get("PFL_PYTORCH_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -133,11 +126,13 @@ def run(rounds: int, users: int, cohort: int, out_dir: Path, progress: int) -> d
         callbacks=[Clock()])
     sync()
     seconds = time.perf_counter() - started
+    with torch.no_grad():
+        accuracy = test_accuracy(module, x_test, y_test)
     first = marks[0] - started if marks else seconds
     steady = (marks[-1] - marks[0]) / (len(marks) - 1) if len(marks) > 1 else seconds
     record = {"event": "final", "rounds": len(marks), "seconds": round(seconds, 3), "first_round_seconds": round(first, 3),
               "sec_per_round_after_first": round(steady, 5), "client_updates_per_sec": round(len(marks) * cohort / seconds, 1),
-              "steady_updates_per_sec": round(cohort / steady, 1), "test_acc": test_accuracy(module, x_test, y_test)}
+              "steady_updates_per_sec": round(cohort / steady, 1), "test_acc": accuracy}
     emit(**record)
     log.close()
     return record
