@@ -272,6 +272,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--no-trainer", action="store_true", help="leave out the FederatedLoop + Trainer variant")
     args = parser.parse_args(argv)
     use_flower_site(args.flower_site)
+    # After Flower's folder leads the path: bench.variants imports attrs, which Flower's jsonschema needs newer.
+    from bench.variants import quiet_lightning
+
+    quiet_lightning()
     if str(REPO) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     import flwr
@@ -289,7 +293,4 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
 
 
 if __name__ == "__main__":
-    from bench.variants import quiet_lightning
-
-    quiet_lightning()
     main()
