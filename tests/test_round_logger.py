@@ -177,3 +177,20 @@ def test_without_a_logger_figures_are_skipped_with_one_info_line(tiny, tmp_path,
     assert [r.getMessage() for r in caplog.records if "figures and histograms are not saved" in r.getMessage()] == [
         "trainer.logger is false: figures and histograms are not saved (any logger, e.g. CSVLogger, keeps them under"
         " its run directory)"]
+
+
+# ------------------------------------------------------------------------------------ settings
+def test_settings_are_logged_when_they_change_within_a_run():
+    from tests.callbacks.helpers import RecordingLogger
+
+    outputs = RunOutputs()
+    logged = []
+    for step, delta, clip in [(1, 1e-3, 1.0), (2, 1e-3, 1.0), (3, 1e-3, 0.5), (4, 1e-3, 0.5)]:
+        log = RecordingLogger(step)
+        log.outputs = outputs  # one run: every round's logger shares its outputs
+        log.log_settings({"dp/delta": delta, "dp/clip_norm": clip})
+        logged += log.scalars
+    assert logged == [({"dp/delta": 1e-3, "dp/clip_norm": 1.0}, 1), ({"dp/clip_norm": 0.5}, 3)]
+    resumed = RecordingLogger(5)  # a resumed run has new outputs: its first round logs them again
+    resumed.log_settings({"dp/delta": 1e-3})
+    assert resumed.scalars == [({"dp/delta": 1e-3}, 5)]

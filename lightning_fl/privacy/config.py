@@ -226,9 +226,11 @@ class DifferentialPrivacy(RecordsInitArgs):
         """Log ``dp/epsilon`` (central) or ``dp/local_epsilon_max`` (local) after a round."""
         if self.local_noise is not None:
             most = int(self.local_noise.participations.max()) if self.num_clients else 0
-            log.log_scalars({"dp/local_epsilon_max": local_epsilon(self.z, most, self.delta), "dp/delta": self.delta})
+            log.log_scalars({"dp/local_epsilon_max": local_epsilon(self.z, most, self.delta)})
+            log.log_settings({"dp/delta": self.delta})
         elif self.noise is not None:
-            log.log_scalars({"dp/epsilon": self.epsilon(), "dp/delta": self.delta, "dp/noise_multiplier": self.z})
+            log.log_scalars({"dp/epsilon": self.epsilon()})
+            log.log_settings({"dp/delta": self.delta, "dp/noise_multiplier": self.z})
 
     def budget_message(self, round_idx: int) -> str | None:
         """The one line that stops the run before round ``round_idx`` would exceed the budget, else ``None``."""

@@ -68,8 +68,10 @@ class DPClip(UpdateTransform):
 
     def transform(self, U: Tensor, ctx: StageContext) -> Tensor:
         self.round_clip_norm = clip_norm = float(self.clip_norm)
-        ctx.log.log_scalars({"dp/clip_norm": clip_norm})
-        if self.adaptive is not None:
+        if self.adaptive is None:
+            ctx.log.log_settings({"dp/clip_norm": clip_norm})
+        else:
+            ctx.log.log_scalars({"dp/clip_norm": clip_norm})
             unclipped = torch.linalg.vector_norm(U, dim=1) <= clip_norm
             fraction = noised_unclipped_fraction(unclipped.cpu(), self.count_noise, self.expected_cohort,
                                                  ctx.seed, ctx.round_idx, "dp_count")

@@ -78,6 +78,7 @@ class RunOutputs:
         self.directory = None if directory is None else Path(directory)
         self.histogram_files = histogram_files
         self.kinds: dict[str, str] = {}
+        self.settings: dict[str, float] = {}  # the last value of each setting logged (RoundLogger.log_settings)
 
     @classmethod
     def of_run(cls, trainer: Any) -> RunOutputs:
@@ -157,6 +158,20 @@ class RoundLogger:
         if self._monitor is not None:
             for name, value in metrics.items():
                 self._monitor(name, value, name in prog_bar)
+
+    def log_settings(self, metrics: Mapping[str, float]) -> None:
+        """Log the scalars of ``metrics`` whose value differs from the last one logged in this run.
+
+        For settings that stay the same round after round (``dp/delta``, a fixed ``dp/clip_norm``): each
+        ``LightningModule.log`` costs a fraction of a millisecond, a tenth of a small round, and a constant
+        curve says nothing more than its first point. They are logged at the first round, after a resume,
+        and whenever they change.
+        """
+        changed = {name: float(value) for name, value in metrics.items()
+                   if self.outputs.settings.get(name) != float(value)}
+        if changed:
+            self.log_scalars(changed)
+            self.outputs.settings.update(changed)
 
     def log_histogram(self, tag: str, values: Tensor) -> None:
         """A histogram of ``values`` (TensorBoard; ``histograms/<tag>.csv`` when the run has no TensorBoard)."""

@@ -66,6 +66,9 @@ def test_availability_and_dropout_compose_with_poisson_sampling(tiny, tmp_path):
     assert max(e.value for e in scalars.Scalars("round/clients")) > 3
     assert [e.value for e in scalars.Scalars("dp/epsilon")] == pytest.approx(
         [_direct_pld(0.9, 1.0, t, 1e-3) for t in (1, 2, 3, 4)], rel=1e-6)
+    # The settings that stay the same are logged once, at round 1 (RoundLogger.log_settings).
+    for tag, value in (("dp/delta", 1e-3), ("dp/noise_multiplier", 1.0), ("dp/clip_norm", 1.0)):
+        assert [(e.step, e.value) for e in scalars.Scalars(tag)] == [(1, pytest.approx(value))], tag
 
 
 def test_on_budget_stop_ends_the_run_before_the_round_that_would_exceed_it(tiny, tmp_path, caplog):

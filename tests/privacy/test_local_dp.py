@@ -71,4 +71,4 @@ def test_the_local_ledger_is_the_most_released_clients_replace_one_epsilon():
     dp.log_round(log)
     direct = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
     direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(1.0), 3))  # client 2: 3 releases
-    assert log.scalars[-1][0]["dp/local_epsilon_max"] == pytest.approx(direct.get_epsilon(1e-3), rel=1e-12)
+    assert log.scalars[0][0]["dp/local_epsilon_max"] == pytest.approx(direct.get_epsilon(1e-3), rel=1e-12)
