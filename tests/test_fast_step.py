@@ -5,6 +5,8 @@ Both must give exactly what the general code gives (torch's ``SGD.step``; the ch
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 
@@ -111,3 +113,77 @@ def test_single_linear_gradients_match_the_chain_walk_and_autograd():
 def test_a_chain_with_two_linears_takes_the_chain_walk():
     net = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 4))
     assert FusedLinearChain(linear_chain(net, 1))._single is None
+
+
+# ------------------------------------------------------------------------------------ the one-loop path
+def _plain_sgd(params):
+    return torch.optim.SGD(params, lr=0.1)
+
+
+def _cohort(monkeypatch, model, one_loop: bool, client_ids=(0, 1, 2, 3, 4)):
+    """The vectorized engine on unequal clients (so clients finish at different steps), with or without
+    the one-loop path; returns the result and how many step runs the loop took."""
+    import lightning_fl.engines.vectorized as vectorized
+    from tests.test_vectorized_engine import VectorizedEngine, _data, _engine, _train
+
+    runs = []
+    real = FusedLinearChain.sgd_steps
+    monkeypatch.setattr(FusedLinearChain, "sgd_steps", lambda self, steps, *a: runs.append(steps) or real(self, steps, *a))
+    if not one_loop:
+        monkeypatch.setattr(vectorized, "plain_sgd_rate", lambda optimizer: None)
+    result = _train(_engine(VectorizedEngine, model, _data(), optimizer=_plain_sgd), list(client_ids))
+    monkeypatch.undo()
+    return result, runs
+
+
+def _bias_free() -> torch.nn.Module:
+    model = LogisticRegression(6, 4)
+    model.linear = torch.nn.Linear(6, 4, bias=False)
+    return model
+
+
+def test_the_one_loop_path_gives_bitwise_the_step_by_step_weights_and_statistics(monkeypatch):
+    for make in (lambda: LogisticRegression(6, 4), _bias_free):
+        torch.manual_seed(0)
+        model = make()
+        fast, runs = _cohort(monkeypatch, copy.deepcopy(model), one_loop=True)
+        slow, none = _cohort(monkeypatch, copy.deepcopy(model), one_loop=False)
+        # tau_k = 10, 4, 2, 6, 4 (tests/test_vectorized_engine.py): 5 clients train steps 0-1, 4 steps 2-3,
+        # 2 steps 4-5, 1 steps 6-9: four runs.
+        assert [(r.start, r.stop) for r in runs] == [(0, 2), (2, 4), (4, 6), (6, 10)] and none == []
+        assert torch.equal(fast.weights, slow.weights)
+        assert torch.equal(fast.train_acc, slow.train_acc) and torch.equal(fast.train_loss, slow.train_loss)
+
+
+def test_one_client_of_plain_sgd_by_hand(monkeypatch):
+    # Client 2 alone (4 samples, B = 5, E = 2: two steps on its whole data): w <- w - 0.1 * grad of the mean
+    # cross-entropy, written here with autograd on the plain formula.
+    from tests.test_vectorized_engine import _data
+
+    torch.manual_seed(0)
+    model = LogisticRegression(6, 4)
+    fast, runs = _cohort(monkeypatch, copy.deepcopy(model), one_loop=True, client_ids=(2,))
+    assert len(runs) == 1
+    data = _data()
+    x, y = data.x_train[30:34], data.y_train[30:34]  # client 2's rows: offsets 0, 23, 30, 34, ...
+    w, b = model.linear.weight.detach().clone(), model.linear.bias.detach().clone()
+    for _ in range(2):
+        w.requires_grad_(), b.requires_grad_()
+        F.cross_entropy(x @ w.T + b, y).backward()
+        w, b = (w - 0.1 * w.grad).detach(), (b - 0.1 * b.grad).detach()
+    torch.testing.assert_close(fast.weights[0], torch.cat([w.flatten(), b]))
+
+
+def test_momentum_a_hook_or_a_hidden_layer_take_the_step_by_step_path(monkeypatch):
+    import lightning_fl.engines.vectorized as vectorized
+    from tests.test_vectorized_engine import VectorizedEngine, _PushEveryStep, _data, _engine, _train
+
+    runs = []
+    monkeypatch.setattr(FusedLinearChain, "sgd_steps", lambda self, steps, *a: runs.append(steps))
+    _train(_engine(VectorizedEngine, LogisticRegression(6, 4), _data()), [0, 1])  # momentum 0.9
+    _train(_engine(VectorizedEngine, LogisticRegression(6, 4), _data(), optimizer=_plain_sgd), [0, 1],
+           [_PushEveryStep()])
+    net = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 4))
+    assert vectorized.plain_sgd_rate(torch.optim.SGD(net.parameters(), lr=0.1)) == 0.1
+    assert vectorized.plain_sgd_rate(torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.5)) is None
+    assert runs == []

@@ -16,6 +16,8 @@ set-up check compares these gradients with autograd's before using them.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -204,6 +206,50 @@ class FusedLinearChain(CohortForward):
         if bias is not None:
             grads[name + ".bias"] = g3.sum(1)
         return grads, logits
+
+
+    def sgd_steps(self, steps: range, tables: tuple[tuple[Tensor, ...], tuple[Tensor, ...], tuple[Tensor, ...]],
+                  named: dict[str, Tensor], lr: float, keep: Sequence[bool],
+                  logits_buffer: Callable[[int, Tensor], Tensor]) -> None:
+        """Local steps ``steps`` of a single Linear under plain SGD, in one loop (the engine's fast path).
+
+        The kernels of :meth:`gradients` in the same order, on the same memory viewed per client, each
+        gradient added to its parameter as ``param.add_(grad, alpha=-lr)`` as the plain SGD step does: the
+        weights are bitwise those of a step at a time, without the per-step bookkeeping, which costs about
+        as much as a J1 step's kernels (docs/performance.md).
+
+        Args:
+            steps: The step indices, all with the same clients still training.
+            tables: Each step's ``(C, B, features)`` inputs, ``(C, B, 1)`` loss weights and ``(C, B, classes)``
+                offsets (``StagedBatches.by_client``).
+            named: The trained parameters (the bound leaves) by name.
+            lr: The SGD learning rate.
+            keep: Per step, whether its logits are kept.
+            logits_buffer: ``(step, like) ->`` where a kept step's ``like``-shaped ``(rows, classes)`` logits go.
+        """
+        name = self._single
+        _, weight_t, bias = self._layers[name]
+        weight_leaf, bias_leaf = named[name + ".weight"], named.get(name + ".bias")
+        train_weight = weight_leaf.requires_grad
+        train_bias = bias is not None and bias_leaf.requires_grad
+        xs, weights, offsets = tables
+        for step in steps:
+            hs, weight, offset = xs[step], weights[step], offsets[step]
+            target = None
+            if keep[step]:
+                target = logits_buffer(step, offset.view(-1, offset.shape[-1]).to(weight_leaf.dtype)).view(offset.shape)
+            z = torch.bmm(hs, weight_t, out=target) if bias is None else torch.baddbmm(bias, hs, weight_t, out=target)
+            shifted = (z - z.amax(2, keepdim=True)).exp_()
+            g3 = torch.addcmul(offset, shifted, weight / shifted.sum(2, keepdim=True))
+            if train_weight:
+                weight_leaf.add_(torch.bmm(g3.mT, hs), alpha=-lr)
+            if train_bias:
+                bias_leaf.add_(g3.sum(1), alpha=-lr)
+
+    @property
+    def single_linear(self) -> bool:
+        """Whether the model is one Linear (after an optional flatten): :meth:`sgd_steps` applies."""
+        return self._single is not None
 
 
 def _accumulate(grads: dict[str, Tensor], name: str, value: Tensor) -> None:

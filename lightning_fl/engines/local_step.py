@@ -106,6 +106,12 @@ class LocalStep:
         self.use_extra = hooks.has("extra_gradient_point")
         self._step = step_function(optimizer)  # optimizer.step minus torch's per-call profiler range
 
+    @property
+    def bare(self) -> bool:
+        """No hook acts during a step, no scaler and no per-step rate: a step is gradients, then the update."""
+        return not (self.use_term or self.use_fix or self.use_after or self.use_extra
+                    or self.scaler is not None or self.step_lr is not None)
+
     def __call__(self, ctx: LocalTrainingContext, target: StepTarget, step_idx: int) -> Tensor:
         """Local step ``step_idx`` of the clients in ``ctx``; returns the logits of its batch (or ``None``)."""
         hooks, scaler = self.hooks, self.scaler

@@ -61,21 +61,46 @@ def step_function(optimizer: Optimizer) -> Callable[[], Any]:
     has installed its wrapper and no step hook is registered, globally or on this optimizer, so
     skipping the wrapper changes nothing observable but the profiler trace.
     """
-    from torch.optim import optimizer as optimizer_module
-
-    step = type(optimizer).step
-    inner = getattr(step, "__wrapped__", None)
-    hooks = (getattr(optimizer_module, "_global_optimizer_pre_hooks", None),
-             getattr(optimizer_module, "_global_optimizer_post_hooks", None),
-             getattr(optimizer, "_optimizer_step_pre_hooks", None),
-             getattr(optimizer, "_optimizer_step_post_hooks", None))
-    if inner is None or not getattr(step, "hooked", False) or any(h is None or len(h) for h in hooks):
+    inner = getattr(type(optimizer).step, "__wrapped__", None)
+    if not _unhooked(optimizer):
         return optimizer.step
     # The leaves an engine steps stay on their device, so where they are is checked once, here.
     if type(optimizer) is torch.optim.SGD and all(p.device.type == "cpu" for g in optimizer.param_groups
                                                   for p in g["params"]):
         return lambda: _plain_sgd_step(optimizer) or inner(optimizer)
     return lambda: inner(optimizer)
+
+
+def _unhooked(optimizer: Optimizer) -> bool:
+    """Whether torch wrapped ``optimizer.step`` and no step hook is registered, globally or on it."""
+    from torch.optim import optimizer as optimizer_module
+
+    step = type(optimizer).step
+    hooks = (getattr(optimizer_module, "_global_optimizer_pre_hooks", None),
+             getattr(optimizer_module, "_global_optimizer_post_hooks", None),
+             getattr(optimizer, "_optimizer_step_pre_hooks", None),
+             getattr(optimizer, "_optimizer_step_post_hooks", None))
+    return (getattr(step, "__wrapped__", None) is not None and getattr(step, "hooked", False)
+            and not any(h is None or len(h) for h in hooks))
+
+
+def plain_sgd_rate(optimizer: Optimizer) -> float | None:
+    """The learning rate if :func:`step_function` steps ``optimizer`` as ``param.add_(grad, alpha=-lr)``, else ``None``.
+
+    That is: torch's ``SGD`` in one group without momentum, weight decay, ``maximize``, ``foreach``,
+    ``fused`` or ``differentiable``, a float rate, CPU parameters and no step hook.
+    """
+    groups = optimizer.param_groups
+    if type(optimizer) is not torch.optim.SGD or len(groups) != 1 or not _plain_group(groups[0]):
+        return None
+    if not _unhooked(optimizer) or any(p.device.type != "cpu" for p in groups[0]["params"]):
+        return None
+    return groups[0]["lr"]
+
+
+def _plain_group(group: dict[str, Any]) -> bool:
+    return not (group["momentum"] or group["weight_decay"] or group["maximize"] or group["foreach"] or group["fused"]
+                or group["differentiable"] or not isinstance(group["lr"], float))
 
 
 def _plain_sgd_step(optimizer: torch.optim.SGD) -> bool:
@@ -86,10 +111,8 @@ def _plain_sgd_step(optimizer: torch.optim.SGD) -> bool:
     having done nothing, for any other setting.
     """
     groups = optimizer.param_groups
-    for group in groups:
-        if (group["momentum"] or group["weight_decay"] or group["maximize"] or group["foreach"] or group["fused"]
-                or group["differentiable"] or not isinstance(group["lr"], float)):
-            return False
+    if not all(_plain_group(group) for group in groups):
+        return False
     if torch.is_grad_enabled():  # the autograd formulations step outside no_grad
         with torch.no_grad():
             return _plain_sgd_step(optimizer)

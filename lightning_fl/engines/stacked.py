@@ -8,7 +8,7 @@ step deltas with finished clients' rows kept constant.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 from typing_extensions import override
@@ -69,9 +69,9 @@ class StackedClients(StepTarget):
 
     @override
     def gradients(self, loss_term: LossTerm | None, scaler: torch.amp.GradScaler | None) -> Tensor:
-        x, y, weight, offset = self.batches.get(self.step)
         forward, active = self.forward, self.active
         if self.fused:
+            x, weight, offset = self.batches.fused_inputs(self.step)
             # Logits go straight into the statistics buffer (offset has their shape; dtype: the params').
             out = self.stats_buffer(offset.to(self.leaves[0].dtype)) if self.stats_buffer is not None else None
             for leaf in self.leaves:  # last step's gradients go before this step's exist (peak memory)
@@ -82,6 +82,7 @@ class StackedClients(StepTarget):
             for name, leaf in self.named.items():
                 leaf.grad = grads.get(name) if leaf.requires_grad else None
             return logits
+        x, y, weight, offset = self.batches.get(self.step)
         device = x.device
         if self.running:  # batch statistics of the real samples only (padding rows have weight 0)
             forward.sample_mask = self.batches.real[self.step]
@@ -90,6 +91,16 @@ class StackedClients(StepTarget):
         total = (self.per_sample_loss(logits, y) * weight.squeeze(1)).sum()
         backward_with_term(total, loss_term, self._hook_params, active, self.leaves, scaler)
         return logits
+
+    def plain_sgd_steps(self, steps: range, lr: float, keep: Sequence[bool],
+                        logits_buffer: Callable[[int, Tensor], Tensor]) -> None:
+        """Steps ``steps`` (the same clients training) of the single-Linear hand-written path under plain SGD,
+        in one loop (:meth:`~lightning_fl.engines.fused.FusedLinearChain.sgd_steps`): for a step with no
+        hook, scaler or rate schedule, bitwise what :meth:`gradients` and the SGD step give."""
+        for leaf in self.leaves:
+            leaf.grad = None
+        self.forward.sgd_steps(steps, self.batches.by_client, self.named, lr, keep, logits_buffer)
+        self.step = steps[-1]
 
     def _add_term_gradients(self, grads: dict[str, Tensor], loss_term: LossTerm) -> None:
         with torch.enable_grad():

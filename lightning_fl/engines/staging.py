@@ -13,6 +13,7 @@ does not depend on the parameters is taken out of the step loop (profile in docs
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -49,22 +50,77 @@ class StagedBatches:
 
     def __init__(self, schedule: ChunkSchedule, x_train: Tensor, y_train: Tensor, num_classes: int | None = None,
                  budget_bytes: int = STAGING_BUDGET_BYTES) -> None:
-        widths, index = schedule.widths, schedule.index
-        self._x_train, self._index = x_train, index.split(widths)
+        index = schedule.index
+        self._x_train, self._schedule = x_train, schedule
         # Column-shaped (rows, 1): the per-sample weight multiplies a row of logit gradients.
-        self.weight = schedule.weight.unsqueeze(1).split(widths)
-        # 1 for the rows BatchNorm's batch statistics use, in the weights' dtype (no cast per layer and step).
-        self.real = (schedule.weight > 0).to(schedule.weight.dtype).split(widths)
+        self._weight_rows = schedule.weight.unsqueeze(1)
         self.labels = y_train.index_select(0, index)
-        self.y = self.labels.split(widths)
-        self.x: tuple[Tensor, ...] | None = None
+        self._x_rows: Tensor | None = None
         if len(index) * x_train[:1].numel() * x_train.element_size() <= budget_bytes:
-            self.x = x_train.index_select(0, index).split(widths)
+            self._x_rows = x_train.index_select(0, index)
         self.num_classes = num_classes
-        self.offset: tuple[Tensor, ...] | None = None
+        self._offset_rows: Tensor | None = None
         if num_classes is not None and len(index) * num_classes * 4 <= budget_bytes:
             onehot = F.one_hot(self.labels, num_classes).to(schedule.weight.dtype)
-            self.offset = (onehot * -schedule.weight.unsqueeze(1)).split(widths)
+            self._offset_rows = onehot * -self._weight_rows
+
+    # One view per step of each table, made when first asked for: a split into a J1 round's thousand-odd
+    # steps costs about a millisecond, and each path reads only some of the tables by step.
+    @functools.cached_property
+    def x(self) -> tuple[Tensor, ...] | None:
+        """Each step's inputs, or ``None`` when they were over the budget (then gathered per step)."""
+        return None if self._x_rows is None else self._x_rows.split(self._schedule.widths)
+
+    @functools.cached_property
+    def weight(self) -> tuple[Tensor, ...]:
+        """Each step's ``(rows, 1)`` loss weights."""
+        return self._weight_rows.split(self._schedule.widths)
+
+    @functools.cached_property
+    def offset(self) -> tuple[Tensor, ...] | None:
+        """Each step's ``-w * onehot(y)``, or ``None`` (no ``num_classes``, or over the budget: made per step)."""
+        return None if self._offset_rows is None else self._offset_rows.split(self._schedule.widths)
+
+    @functools.cached_property
+    def y(self) -> tuple[Tensor, ...]:
+        """Each step's labels."""
+        return self.labels.split(self._schedule.widths)
+
+    @functools.cached_property
+    def real(self) -> tuple[Tensor, ...]:
+        """Each step's rows BatchNorm's batch statistics use: 1, in the weights' dtype (no cast per layer and step)."""
+        weight = self._schedule.weight
+        return (weight > 0).to(weight.dtype).split(self._schedule.widths)
+
+    @functools.cached_property
+    def _index(self) -> tuple[Tensor, ...]:
+        return self._schedule.index.split(self._schedule.widths)
+
+    @functools.cached_property
+    def by_client(self) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], tuple[Tensor, ...]] | None:
+        """Each step's ``(inputs (C, B, features), weights (C, B, 1), offsets (C, B, classes))``, ``C`` the
+        clients still training, or ``None`` when inputs or offsets were not staged.
+
+        The same memory as :meth:`fused_inputs` gives, viewed per client (a step's ``active * B`` rows are
+        its clients' batches in order), so a single Linear's step needs no reshaping.
+        """
+        if self._x_rows is None or self._offset_rows is None:
+            return None
+        active, rows = self._schedule.active, len(self._x_rows)
+        batch = rows // sum(active)
+        x = self._x_rows.reshape(rows // batch, batch, -1).split(active)
+        weight = self._weight_rows.view(rows // batch, batch, 1).split(active)
+        offset = self._offset_rows.view(rows // batch, batch, -1).split(active)
+        return x, weight, offset
+
+    def fused_inputs(self, step: int) -> tuple[Tensor, Tensor, Tensor]:
+        """``(x, weight (rows, 1), offset)`` of ``step`` for the hand-written cross-entropy (``num_classes`` given)."""
+        x = self.x[step] if self.x is not None else self._x_train.index_select(0, self._index[step])
+        weight = self.weight[step]
+        offset = self.offset[step] if self.offset is not None else None
+        if offset is None:
+            offset = F.one_hot(self.y[step], self.num_classes).to(weight.dtype) * -weight
+        return x, weight, offset
 
     def get(self, step: int) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """``(x, y, weight (rows, 1), offset)`` of ``step``: the rows of the clients still training."""
