@@ -169,9 +169,10 @@ class FinalEpochStats:
         widths = self._schedule.widths
         if len(self.steps) == len(widths):
             final, labels, client = self._schedule.final, self._batches.labels, self._schedule.client
-        else:  # the rows of the final-epoch steps only
-            final, labels, client = (torch.cat([parts[s] for s in self.steps]) for parts in (
-                t.split(widths) for t in (self._schedule.final, self._batches.labels, self._schedule.client)))
+        else:  # the rows of the final-epoch steps only, in step order (a mask: no view per step)
+            device = self._schedule.final.device
+            keep = torch.tensor(self.wants, device=device).repeat_interleave(torch.tensor(widths, device=device))
+            final, labels, client = (t[keep] for t in (self._schedule.final, self._batches.labels, self._schedule.client))
         hits = (self._buffer.argmax(-1) == labels).to(final.dtype) * final
         losses = per_sample_loss(self._buffer, labels).to(final.dtype) * final
         correct = hits.new_zeros(num_clients).index_add_(0, client, hits)
