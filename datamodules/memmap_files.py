@@ -1,9 +1,9 @@
 """Write a federation as memory-mappable arrays, and convert a configuration's data (docs/datasets.md, Memory-mapped federations).
 
 ``python -m lightning_fl.datamodules.memmap_files --config C.yaml --out DIR`` builds the ``data:`` of ``C.yaml``
-(its train and test splits, before the validation split, which
-:class:`~lightning_fl.datamodules.MemmapDataModule` draws per client when it reads the folder) and writes it
-to ``DIR`` with :func:`write_federation`. With the same ``seed`` and ``val_fraction`` the folder is bitwise
+(its train and test splits: the validation split is drawn per client by
+:class:`~lightning_fl.datamodules.MemmapDataModule` when it reads the folder) and writes it to ``DIR`` with
+:func:`write_federation` (a lazy datamodule's clients a chunk at a time, never all in memory). With the same ``seed`` and ``val_fraction`` the folder is bitwise
 that configuration's federation.
 """
 
@@ -19,18 +19,24 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import yaml
+from numpy.lib.format import open_memmap
 
 from lightning_fl.datamodules.memmap_format import FORMAT, HEADER, SPLITS_ON_DISK, VERSION, array_names
 from lightning_fl.faults.validation import ConfigError
 from lightning_fl.simulation.datamodule import FederatedDataModule
-from lightning_fl.state.data import FederatedData
+from lightning_fl.state.data import ClientData, FederatedData, offsets_from_sizes
 
-__all__ = ["convert_config", "federation_header", "main", "refuse_existing", "write_federation"]
+__all__ = ["convert_config", "federation_header", "main", "refuse_existing", "unsplit_federation", "write_federation"]
 
 
-def federation_header(data: FederatedData) -> dict[str, Any]:
+def federation_header(data: ClientData, probe: FederatedData | None = None) -> dict[str, Any]:
     """``federation.json`` of ``data``: format, version, client and class counts, input shape, dtypes.
+
+    Args:
+        data: The federation.
+        probe: Any staged part of it (its dtypes are read); ``None`` stages client 0.
 
     Example:
         >>> import torch
@@ -41,7 +47,8 @@ def federation_header(data: FederatedData) -> dict[str, Any]:
         >>> header["num_clients"], header["num_classes"], header["input_shape"], header["x_dtype"], header["y_dtype"]
         (2, 4, [2], 'float32', 'int64')
     """
-    x, y = _as_numpy(data.x_train[:0], "x"), _as_numpy(data.y_train[:0], "y")
+    probe = data.stage([0], "test") if probe is None else probe
+    x, y = _as_numpy(probe.x_train[:0], "x"), _as_numpy(probe.y_train[:0], "y")
     return {"format": FORMAT, "version": VERSION, "num_clients": data.num_clients, "num_classes": data.num_classes,
             "input_shape": list(data.input_shape), "x_dtype": str(x.dtype), "y_dtype": str(y.dtype)}
 
@@ -56,20 +63,51 @@ def _as_numpy(tensor: Any, name: str) -> np.ndarray:
 def refuse_existing(folder: Path, field: str = "") -> None:
     """One line (``ConfigError``) when ``folder`` exists and is not an empty folder: a federation is never written over."""
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise ConfigError(f"{field + ': ' if field else ''}{folder} already exists and is not an empty folder; nothing was written (write a federation"
-                          " to a new folder)")
+        raise ConfigError(f"{field + ': ' if field else ''}{folder} already exists and is not an empty folder; nothing"
+                          " was written (write a federation to a new folder)")
 
 
-def write_federation(data: FederatedData, folder: str | Path) -> Path:
-    """Write ``data``'s train and test splits to ``folder`` as ``.npy`` arrays, atomically.
+def _fill(staging: Path, data: ClientData, probe: FederatedData, chunk_clients: int) -> None:
+    """Write every array of ``data`` into ``staging``, ``chunk_clients`` clients staged at a time."""
+    arrays, written = {}, {}
+    for split in SPLITS_ON_DISK:
+        x_name, y_name, off_name = array_names(split)
+        sizes = data.sizes(split).cpu()
+        np.save(staging / off_name, offsets_from_sizes(sizes).numpy())
+        rows = int(sizes.sum())
+        x, y, _ = probe.split(split)
+        arrays[split] = tuple(open_memmap(staging / name, mode="w+", dtype=_as_numpy(t[:0], name).dtype,
+                                          shape=(rows, *t.shape[1:])) for name, t in ((x_name, x), (y_name, y)))
+        written[split] = 0
+    for lo in range(0, data.num_clients, chunk_clients):
+        ids = torch.arange(lo, min(lo + chunk_clients, data.num_clients))
+        staged = data.stage(ids, "test")
+        for split in SPLITS_ON_DISK:
+            x, y, offsets = staged.split(split)
+            if not torch.equal(offsets.diff(), data.sizes(split)[ids].cpu()):
+                raise ValueError(f"clients {lo}..{int(ids[-1])} staged other {split} sizes than sizes({split!r}) says")
+            at, x_file, y_file = written[split], *arrays[split]
+            x_file[at:at + len(x)], y_file[at:at + len(y)] = _as_numpy(x, "x"), _as_numpy(y, "y")
+            written[split] += len(x)
+    for split in SPLITS_ON_DISK:
+        for array in arrays[split]:
+            array.flush()
 
-    The files are written into a new temporary folder beside ``folder`` and renamed to ``folder`` when
-    complete, so ``folder`` either does not exist or holds a whole federation. An existing non-empty
-    ``folder`` is refused and left as it was.
+
+def write_federation(data: ClientData, folder: str | Path, chunk_clients: int = 1024) -> Path:
+    """Write ``data``'s train and test splits to ``folder`` as ``.npy`` arrays, atomically, in bounded memory.
+
+    ``data`` is staged ``chunk_clients`` clients at a time, so a lazy source (a million ``per_client``
+    Synthetic clients, a lazy Dataset) is written without holding every sample. The files are written
+    into a new temporary folder beside ``folder`` and renamed to ``folder`` when complete, so ``folder``
+    either does not exist or holds a whole federation. An existing non-empty ``folder`` is refused and
+    left as it was.
 
     Args:
-        data: An eager federation without a validation split (``build_data()``'s).
+        data: A federation without a validation split: a datamodule's ``build_data()``, or a lazy source
+            built with ``val_fraction`` 0 (the reader draws the validation split per client).
         folder: Where to write; created with its parents, or an existing empty folder.
+        chunk_clients: Clients staged (held in memory) at a time.
 
     Returns:
         ``folder``.
@@ -83,18 +121,16 @@ def write_federation(data: FederatedData, folder: str | Path) -> Path:
     if data.has_validation:
         raise ConfigError("the federation has a validation split; write it before the split (the datamodule's"
                           " build_data()): the reader draws validation per client from seed and val_fraction")
-    header = federation_header(data)
+    probe = data.stage([0], "test")
+    header = federation_header(data, probe)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".partial", dir=folder.parent))
     try:
-        for split in SPLITS_ON_DISK:
-            x, y, offsets = data.split(split)
-            for name, tensor in zip(array_names(split), (x, y, offsets)):
-                with open(staging / name, "wb") as handle:
-                    np.save(handle, _as_numpy(tensor, name))
-                    handle.flush()
-                    os.fsync(handle.fileno())
+        _fill(staging, data, probe, chunk_clients)
         (staging / HEADER).write_text(json.dumps(header, indent=2) + "\n")
+        for path in staging.iterdir():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 would make the folder private to its writer
@@ -104,6 +140,22 @@ def write_federation(data: FederatedData, folder: str | Path) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return folder
+
+
+def unsplit_federation(dm: FederatedDataModule) -> ClientData:
+    """``dm``'s train and test splits without the validation split, as :func:`write_federation` takes them.
+
+    An eager datamodule's :meth:`build_data`; a lazy one's source built with ``val_fraction`` 0, so the
+    whole federation is never in memory.
+    """
+    if not getattr(dm, "lazy", False):
+        return dm.build_data()
+    kept = dm.val_fraction
+    dm.val_fraction = 0.0
+    try:
+        return dm.build_source()
+    finally:
+        dm.val_fraction = kept
 
 
 def _datamodule(config: Path) -> FederatedDataModule:
@@ -136,7 +188,7 @@ def convert_config(config: str | Path, out: str | Path) -> tuple[Path, Federated
     out = Path(out)
     refuse_existing(out, "--out")  # before building the data, which may take long
     dm = _datamodule(Path(config))
-    return write_federation(dm.build_data(), out), dm
+    return write_federation(unsplit_federation(dm), out), dm
 
 
 def main(argv: list[str] | None = None) -> None:

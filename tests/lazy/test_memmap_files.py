@@ -58,19 +58,37 @@ def test_the_writer_refuses_a_non_empty_folder_and_leaves_it_as_it_was(tmp_path:
     assert (empty / "federation.json").is_file()
 
 
-def test_a_failed_write_leaves_no_folder_and_no_partial_files(tmp_path: Path, monkeypatch) -> None:
-    saved = []
+def test_a_failed_write_leaves_no_folder_and_no_partial_files(tmp_path: Path) -> None:
+    data, calls = _small(), []
+    stage = data.stage
 
-    def failing_save(handle, array) -> None:  # type: ignore[no-untyped-def]
-        saved.append(array)
-        if len(saved) == 4:  # test_x.npy: after the train split was written
+    def failing(ids, split="train", device=None):  # type: ignore[no-untyped-def]
+        calls.append(torch.as_tensor(ids).tolist())
+        if len(calls) == 3:  # the probe, the first chunk (clients 0, 1), then a failure on client 2
             raise OSError("disk full")
-        np.lib.format.write_array(handle, array)
+        return stage(ids, split, device)
 
-    monkeypatch.setattr(memmap_files.np, "save", failing_save)
+    data.stage = failing
     with pytest.raises(OSError, match="disk full"):
-        write_federation(_small(), tmp_path / "fed")
-    assert list(tmp_path.iterdir()) == []
+        write_federation(data, tmp_path / "fed", chunk_clients=2)
+    assert calls == [[0], [0, 1], [2]] and list(tmp_path.iterdir()) == []
+
+
+def test_a_lazy_source_is_written_a_chunk_of_clients_at_a_time(tmp_path: Path) -> None:
+    # 9 per_client Synthetic clients, staged 4 at a time: the folder is the eager federation of the same source.
+    lazy = SyntheticDataModule("1_1", num_clients=9, seed=2, max_samples_per_client=30, generator="per_client",
+                               lazy=True)
+    folder = memmap_files.write_federation(memmap_files.unsplit_federation(lazy), tmp_path / "fed", chunk_clients=4)
+    assert lazy.val_fraction == 0.1  # unsplit_federation gives the datamodule back as it was
+    eager = SyntheticDataModule("1_1", num_clients=9, seed=2, max_samples_per_client=30, generator="per_client")
+    eager.setup()
+    read = MemmapDataModule(str(folder), seed=2, val_fraction=0.1)
+    read.setup()
+    for split in ("train", "val", "test"):
+        staged, ref = read.data.stage(torch.arange(9), split), eager.data.stage(torch.arange(9), split)
+        for name in ("x_train", "y_train", "train_offsets", "x_val", "x_test", "y_test", "test_offsets"):
+            a, b = getattr(staged, name), getattr(ref, name)
+            assert (a is None and b is None) or torch.equal(a, b), (split, name)
 
 
 def test_the_writer_refuses_a_federation_with_a_validation_split(tmp_path: Path) -> None:
@@ -192,3 +210,13 @@ def test_the_shipped_config_trains_the_weights_of_the_config_it_was_written_from
     weights = [torch.load(tmp_path / name / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
                for name in ("memmap", "eager")]
     assert state_digest(weights[0]) == state_digest(weights[1])
+
+
+def test_a_lazy_config_converts_to_the_files_of_its_eager_twin(tmp_path: Path) -> None:
+    # any_dataset_lazy.yaml is any_dataset.yaml with data.lazy: true: the one is staged in chunks, the other built whole.
+    folders = [memmap_files.convert_config(REPO / "configs" / "datasets" / f"{name}.yaml", tmp_path / name)[0]
+               for name in ("any_dataset", "any_dataset_lazy")]
+    names = sorted(p.name for p in folders[0].iterdir())
+    assert names == sorted(p.name for p in folders[1].iterdir()) and len(names) == 7
+    for name in names:
+        assert (folders[0] / name).read_bytes() == (folders[1] / name).read_bytes(), name
