@@ -1,4 +1,4 @@
-"""A federation read from memory-mapped arrays: the cohort's row slices per round (docs/datasets.md, Memory-mapped federations).
+"""A federation read from memory-mapped arrays, the cohort's row slices per round (docs/datasets.md).
 
 :class:`MemmapDataModule` opens a folder written by
 :func:`~lightning_fl.datamodules.memmap_files.write_federation` (format:

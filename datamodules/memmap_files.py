@@ -1,10 +1,10 @@
-"""Write a federation as memory-mappable arrays, and convert a configuration's data (docs/datasets.md, Memory-mapped federations).
+"""Write a federation as memory-mappable arrays; convert a configuration's data (docs/datasets.md).
 
 ``python -m lightning_fl.datamodules.memmap_files --config C.yaml --out DIR`` builds the ``data:`` of ``C.yaml``
 (its train and test splits: the validation split is drawn per client by
 :class:`~lightning_fl.datamodules.MemmapDataModule` when it reads the folder) and writes it to ``DIR`` with
-:func:`write_federation` (a lazy datamodule's clients a chunk at a time, never all in memory). With the same ``seed`` and ``val_fraction`` the folder is bitwise
-that configuration's federation.
+:func:`write_federation` (a lazy datamodule's clients a chunk at a time, never all in memory). With the same
+``seed`` and ``val_fraction`` the folder is bitwise that configuration's federation.
 """
 
 from __future__ import annotations

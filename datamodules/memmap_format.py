@@ -1,4 +1,4 @@
-"""A federation on disk as memory-mappable arrays, and the checks that open it (docs/datasets.md, Memory-mapped federations).
+"""A federation on disk as memory-mappable arrays and the checks that open it (docs/datasets.md).
 
 One folder holds, for ``split`` in ``train`` and ``test``:
 
