@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import json
 import tempfile
 from pathlib import Path
 
@@ -184,3 +185,15 @@ def test_docstring_examples(name: str) -> None:
     module = importlib.import_module(f"lightning_fl.datamodules.{name}")
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_bench_memmap_row_is_the_run_of_the_generated_row(tmp_path: Path) -> None:
+    # bench/million.py's memory-mapped row reads the federation its lazy rows generate: the same run.
+    million = importlib.import_module("bench.million")
+    folder = million.write_memmap(300, tmp_path / "federation")
+    records = []
+    for memmap in (None, folder):
+        million._worker(300, True, "FedAvg", "memory", rounds=2, cohort=10, subset=10, out=tmp_path / "row.json",
+                        memmap=memmap)
+        records.append(json.loads((tmp_path / "row.json").read_text()))
+    assert records[0]["test_acc_mean"] == records[1]["test_acc_mean"] and 0 < records[1]["test_acc_mean"] < 1
