@@ -20,7 +20,7 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_fl.datamodules.lazy_synthetic import split_sizes
-from lightning_fl.datamodules.memmap_format import SPLITS_ON_DISK, FederationFiles, array_names, open_federation
+from lightning_fl.datamodules.memmap_format import HEADER, SPLITS_ON_DISK, FederationFiles, array_names, open_federation
 from lightning_fl.faults.validation import ConfigError
 from lightning_fl.simulation.datamodule import FederatedDataModule
 from lightning_fl.state.data import (
@@ -130,7 +130,7 @@ class MemmapClientData(SizedClientData):
         names = [n for s in SPLITS_ON_DISK for n in array_names(s)]
         described = (self.seed, self.val_fraction, [(n, (folder / n).stat().st_size) for n in names])
         digest.update(repr(described).encode())
-        digest.update((folder / "federation.json").read_bytes())
+        digest.update((folder / HEADER).read_bytes())
         for split in SPLITS_ON_DISK:
             digest.update(self.files.offsets[split].numpy().tobytes())
         return digest.hexdigest()

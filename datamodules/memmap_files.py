@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -24,9 +25,12 @@ import yaml
 from numpy.lib.format import open_memmap
 
 from lightning_fl.datamodules.memmap_format import FORMAT, HEADER, SPLITS_ON_DISK, VERSION, array_names
-from lightning_fl.faults.validation import ConfigError
+from lightning_fl.faults.validation import ConfigError, exception_chain
 from lightning_fl.simulation.datamodule import FederatedDataModule
 from lightning_fl.state.data import ClientData, FederatedData, offsets_from_sizes
+
+# jsonargparse's report on a class path that does not import (the line after it says why).
+_CLASS_PROBLEM = re.compile(r"Problem with given class_path '([^']+)':\s*\n?\s*(.+)")
 
 __all__ = ["convert_config", "federation_header", "main", "refuse_existing", "unsplit_federation", "write_federation"]
 
@@ -171,11 +175,13 @@ def _datamodule(config: Path) -> FederatedDataModule:
     parser = ArgumentParser(exit_on_error=False)
     parser.add_subclass_arguments(FederatedDataModule, "data", required=True)
     try:
-        parsed = parser.parse_object({"data": section})
-    except Exception as err:  # jsonargparse reports over many lines: keep its first
-        raise ConfigError(f"--config: {config}'s data section cannot be used: {str(err).strip().splitlines()[0]}"
-                          ) from err
-    return parser.instantiate(parsed).data
+        return parser.instantiate(parser.parse_object({"data": section})).data
+    except Exception as err:  # jsonargparse wraps the datamodule's own one-line ConfigError in a long report
+        own = next((e for e in exception_chain(err) if isinstance(e, ConfigError)), None)
+        problem = _CLASS_PROBLEM.search(str(err))
+        why = (str(own) if own is not None else f"class_path {problem.group(1)}: {problem.group(2).strip()}" if problem
+               else str(err).strip().splitlines()[-1].strip())
+        raise ConfigError(f"--config: {config}'s data section cannot be used: {why}") from err
 
 
 def convert_config(config: str | Path, out: str | Path) -> tuple[Path, FederatedDataModule]:

@@ -220,3 +220,18 @@ def test_a_lazy_config_converts_to_the_files_of_its_eager_twin(tmp_path: Path) -
     assert names == sorted(p.name for p in folders[1].iterdir()) and len(names) == 7
     for name in names:
         assert (folders[0] / name).read_bytes() == (folders[1] / name).read_bytes(), name
+
+
+@pytest.mark.parametrize(("data", "says"), [
+    ("model: {}\n", "has no data: {class_path: ..., init_args: {...}} section"),
+    ("data: {class_path: nope.Nope}\n", "data section cannot be used: class_path nope.Nope: No module named 'nope'"),
+    ("data: {class_path: lightning_fl.datamodules.SyntheticDataModule, init_args: {num_clients: 0}}\n",
+     "data section cannot be used: num_clients must be an integer >= 1; got 0"),
+], ids=["no data", "class path", "bad argument"])
+def test_the_converter_names_a_bad_config_in_one_line(tmp_path: Path, capsys, data: str, says: str) -> None:
+    (tmp_path / "c.yaml").write_text(data)
+    with pytest.raises(SystemExit) as exit_:
+        memmap_files.main(["--config", str(tmp_path / "c.yaml"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and err.startswith(f"error: --config: {tmp_path / 'c.yaml'}") and says in err
+    assert "\n" not in err and not (tmp_path / "out").exists()
