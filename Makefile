@@ -22,7 +22,7 @@ SCALE ?= small
 # reproduce's seeds: SEEDS where the user sets it (command line or environment), else 5 (SEEDS ?= 3 is compare's).
 REPRODUCE_SEEDS = $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS),5)
 
-.PHONY: train test tensorboard compare tempo tune stragglers robust privacy bench data clean-venv reproduce
+.PHONY: train test tensorboard compare tempo tune stragglers robust privacy bench data memmap-data clean-venv reproduce
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -134,6 +134,13 @@ bench: $(STAMP)
 ## data: fetch the real data sets obtainable without internet (Fashion-MNIST, Shakespeare) into data/
 data: $(STAMP)
 	$(PY) scripts/fetch_data.py
+
+## memmap-data: write configs/fedavg_synthetic.yaml's federation as memory-mapped arrays into data/memmap/synthetic_1_1,
+## the folder configs/datasets/memmap_lazy.yaml reads (once: a written folder is kept; docs/datasets.md)
+MEMMAP_DIR := data/memmap/synthetic_1_1
+memmap-data: $(MEMMAP_DIR)/federation.json
+$(MEMMAP_DIR)/federation.json: | $(STAMP)
+	$(PY) -m lightning_fl.datamodules.memmap_files --config configs/fedavg_synthetic.yaml --out $(MEMMAP_DIR)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -8,7 +8,9 @@ logistic regression through the real loop (``FederatedLoop`` under a Lightning `
 engine, and the global model evaluated once, after the last round, on ``model.eval.client_subset``
 clients. Rows: ``N = 10^6`` lazy (``data.lazy: true``: each round stages the cohort only), ``N = 10^4``
 lazy, ``N = 10^4`` eager (every sample in memory at set-up), and SCAFFOLD at ``N = 10^6`` lazy with
-``model.client_state: disk``. Each row runs in its own subprocess, so its peak RSS is its own (the
+``model.client_state: disk``; then the ``N = 10^4`` federation memory-mapped (``MemmapDataModule``, lazy):
+written by ``write_federation`` into a temporary folder (about 300 MB, deleted after the row), the same
+clients and samples as the ``N = 10^4`` rows, so the same run, read from files. Each row runs in its own subprocess, so its peak RSS is its own (the
 ``ru_maxrss`` of that child, from ``os.wait4``). Printed: set-up seconds (process start to round 1:
 imports, data, loop set-up), seconds per round (median of the rounds after the first), the final
 evaluation's seconds, peak RSS in MiB, and each row's round time over the ``N = 10^4`` lazy row's.
@@ -42,15 +44,32 @@ def rows(large: int, small: int) -> list[tuple[str, int, bool, str, str]]:
             (f"N={large:,} lazy SCAFFOLD, disk store", large, True, "Scaffold", "disk")]
 
 
+def _synthetic(num_clients: int, lazy: bool):  # type: ignore[no-untyped-def]
+    from lightning_fl.datamodules import SyntheticDataModule
+
+    return SyntheticDataModule("1_1", num_clients=num_clients, seed=0, max_samples_per_client=MAX_SAMPLES,
+                               generator="per_client", lazy=lazy)
+
+
+def write_memmap(num_clients: int, folder: Path) -> Path:
+    """The rows' Synthetic federation of ``num_clients`` as a memory-mapped folder (staged a chunk at a time)."""
+    from lightning_fl.datamodules.memmap_files import unsplit_federation, write_federation
+
+    return write_federation(unsplit_federation(_synthetic(num_clients, lazy=True)), folder)
+
+
 def _worker(num_clients: int, lazy: bool, aggregation: str, client_state: str, rounds: int, cohort: int,
-            subset: int, out: Path, accelerator: str = "cpu") -> None:
-    """One row, in this process: train ``rounds`` rounds, evaluate once, write the timings to ``out``."""
+            subset: int, out: Path, accelerator: str = "cpu", memmap: Path | None = None) -> None:
+    """One row, in this process: train ``rounds`` rounds, evaluate once, write the timings to ``out``.
+
+    ``memmap``: read the federation from this folder (:func:`write_memmap`'s) instead of generating it.
+    """
     started = time.perf_counter()
     import pytorch_lightning as pl
     import torch
 
     from lightning_fl import callbacks
-    from lightning_fl.datamodules import SyntheticDataModule
+    from lightning_fl.datamodules import MemmapDataModule
     from lightning_fl.models import LogisticRegression
     from lightning_fl.personalization import EvalProtocol
     from lightning_fl.simulation.loop import FederatedLoop
@@ -70,8 +89,7 @@ def _worker(num_clients: int, lazy: bool, aggregation: str, client_state: str, r
             self.rounds.append(time.perf_counter() - self._t)
 
     torch.manual_seed(0)
-    data = SyntheticDataModule("1_1", num_clients=num_clients, seed=0, max_samples_per_client=MAX_SAMPLES,
-                               generator="per_client", lazy=lazy)
+    data = _synthetic(num_clients, lazy) if memmap is None else MemmapDataModule(str(memmap), seed=0, lazy=lazy)
     loop = FederatedLoop(client=LogisticRegression(60, 10), optimizer=lambda p: torch.optim.SGD(p, lr=0.01),
                          clients_per_round=cohort, local_epochs=1, batch_size=10, seed=0, engine="vectorized",
                          client_state=client_state, eval=EvalProtocol(client_subset=subset))
@@ -91,14 +109,14 @@ def _worker(num_clients: int, lazy: bool, aggregation: str, client_state: str, r
     }))
 
 
-def run_row(name: str, num_clients: int, lazy: bool, aggregation: str, client_state: str, args: argparse.Namespace
-            ) -> dict:
-    """Run one row in a child process; its record with the child's own peak RSS."""
+def run_row(name: str, num_clients: int, lazy: bool, aggregation: str, client_state: str, args: argparse.Namespace,
+            memmap: Path | None = None) -> dict:
+    """Run one row in a child process (reading ``memmap`` when given); its record with the child's own peak RSS."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
         out = Path(handle.name)
     command = [sys.executable, "-m", "bench.million", "--worker", str(num_clients), str(int(lazy)), aggregation,
                client_state, "--rounds", str(args.rounds), "--cohort", str(args.cohort), "--subset", str(args.subset),
-               "--out", str(out), "--accelerator", args.accelerator]
+               "--out", str(out), "--accelerator", args.accelerator] + (["--memmap", str(memmap)] if memmap else [])
     child = subprocess.Popen(command, cwd=REPO, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
@@ -140,16 +158,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cohort", type=int, default=1000, help="clients per round K")
     parser.add_argument("--subset", type=int, default=1000, help="model.eval.client_subset m")
     parser.add_argument("--no-scaffold", action="store_true", help="leave out the SCAFFOLD row")
+    parser.add_argument("--no-memmap", action="store_true", help="leave out the memory-mapped row")
     parser.add_argument("--accelerator", default="cpu", help="the Trainer's accelerator (gpu: staged on the GPU)")
     parser.add_argument("--large", type=int, default=1_000_000, help="N of the large federation")
     parser.add_argument("--small", type=int, default=10_000, help="N of the small federation")
     parser.add_argument("--worker", nargs=4, metavar=("N", "LAZY", "AGGREGATION", "CLIENT_STATE"), help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--memmap", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         n, lazy, aggregation, client_state = args.worker
         _worker(int(n), lazy == "1", aggregation, client_state, args.rounds, args.cohort, args.subset, args.out,
-                args.accelerator)
+                args.accelerator, args.memmap)
         return
     chosen = [r for r in rows(args.large, args.small) if not (args.no_scaffold and r[3] == "Scaffold")]
     print(f"bench.million: Synthetic(1,1) per_client (n_k <= {MAX_SAMPLES}), logistic regression, cohort"
@@ -157,6 +177,14 @@ def main(argv: list[str] | None = None) -> None:
           f" (first untimed);"
           f" eval: global model on client_subset={args.subset} clients, once after the last round", flush=True)
     records = [run_row(*row, args) for row in chosen]
+    if not args.no_memmap:
+        with tempfile.TemporaryDirectory(prefix="lfl-million-memmap-") as root:  # deleted after the row
+            started = time.perf_counter()
+            folder = write_memmap(args.small, Path(root) / "federation")
+            size = sum(f.stat().st_size for f in folder.iterdir())
+            print(f"  wrote N={args.small:,} as memory-mapped files: {size / 2**20:,.0f} MiB in"
+                  f" {time.perf_counter() - started:.1f} s", flush=True)
+            records.append(run_row(f"N={args.small:,} memmap lazy", args.small, True, "FedAvg", "memory", args, folder))
     large, small = records[0], records[1]
     print(format_rows(records, small["name"]))
     ratio = large["round_s"] / small["round_s"]

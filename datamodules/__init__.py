@@ -10,6 +10,8 @@
 * :class:`SyntheticRegressionDataModule`: linear regression, one true model per client (float targets).
 * :class:`DatasetDataModule`: any map-style ``torch.utils.data.Dataset`` (by class path in YAML) split by a
   partition; :class:`GaussianClassesDataset` is a small one a configuration can name.
+* :class:`MemmapDataModule`: a federation stored as ``.npy`` arrays with per-client offsets, read by
+  memory map (written by :func:`lightning_fl.datamodules.memmap_files.write_federation`).
 
 The partition classes are imported from :mod:`lightning_fl.datamodules.partitions` only (one class
 path in YAML: ``lightning_fl.datamodules.partitions.Dirichlet``).
@@ -24,6 +26,7 @@ from lightning_fl.datamodules.assemble import build_from_pooled
 from lightning_fl.datamodules.dataset import DatasetDataModule, stack_dataset
 from lightning_fl.datamodules.dataset_examples import GaussianClassesDataset
 from lightning_fl.datamodules.digits import DigitsDataModule
+from lightning_fl.datamodules.memmap import MemmapDataModule
 from lightning_fl.datamodules.pooled import PooledDataModule
 from lightning_fl.datamodules.regression import SyntheticRegressionDataModule
 from lightning_fl.datamodules.split import split_train_test
@@ -38,6 +41,7 @@ __all__ = [
     "FederatedData",
     "FederatedDataModule",
     "GaussianClassesDataset",
+    "MemmapDataModule",
     "PooledDataModule",
     "PooledSyntheticDataModule",
     "SyntheticDataModule",

@@ -66,7 +66,7 @@ ADDED_SINCE = {"robust/fedfa_alie_trimmed_mean.yaml", "privacy/fedavg_dp_synthet
                "personalization/pfedme_synthetic.yaml", "personalization/apfl_synthetic.yaml",
                "user_modules/regression.yaml", "user_modules/smoothed_classifier.yaml",
                "user_modules/shakespeare_perplexity.yaml", "datasets/any_dataset.yaml",
-               "datasets/any_dataset_lazy.yaml",
+               "datasets/any_dataset_lazy.yaml", "datasets/memmap_lazy.yaml",
                "privacy/privacy_synthetic.yaml", "privacy/privacy_fmnist.yaml"}
 
 
