@@ -334,12 +334,10 @@ class FairnessMetrics(FederatedCallback):
         if declared:
             table = f"{direction_note(metric, higher_is_better)}\n\n{table}"
         note = ("" if last_rounds is None else "\n" + last_rounds_note(*last_rounds)) + (note and "\n" + note)
-        metrics = trainer.callback_metrics
-        for tag, what in (("dp/epsilon", "Client-level DP: epsilon"),  # model.dp: what the released models cost
-                          ("dp/local_epsilon_max", "Local DP: the most released client's epsilon")):
-            if tag in metrics:
-                note += (f"\n{what} {float(metrics[tag]):.4g} at delta {float(metrics['dp/delta']):.3g}"
-                         " (docs/algorithms.md, Client-level differential privacy).")
+        privacy = getattr(getattr(trainer, "lightning_module", None), "dp", None)  # model.dp: what the models cost
+        line = privacy.report() if privacy is not None else None
+        if line:
+            note += "\n" + line
         splits = "client test splits" if not self._left_out else \
             f"honest clients' test splits; the {self._left_out} Byzantine clients are in test/all/*"
         evaluated, evaluation = getattr(self, "_evaluated", "global model"), getattr(self, "_evaluation", "")

@@ -194,3 +194,20 @@ def test_settings_are_logged_when_they_change_within_a_run():
     resumed = RecordingLogger(5)  # a resumed run has new outputs: its first round logs them again
     resumed.log_settings({"dp/delta": 1e-3})
     assert resumed.scalars == [({"dp/delta": 1e-3}, 5)]
+
+
+def test_unmonitored_scalars_reach_the_loggers_but_not_lightnings_log():
+    class Logger:
+        def __init__(self):
+            self.rows = []
+
+        def log_metrics(self, metrics, step):
+            self.rows.append((dict(metrics), step))
+
+    logger, monitored = Logger(), []
+    log = RoundLogger([logger], 4, monitor=lambda name, value, bar: monitored.append((name, value)))
+    log.log_scalars({"acc": 0.5})
+    log.log_scalars({"dp/epsilon": 2.0}, monitor=False)
+    log.log_settings({"dp/delta": 1e-3}, monitor=False)
+    assert logger.rows == [({"acc": 0.5}, 4), ({"dp/epsilon": 2.0}, 4), ({"dp/delta": 1e-3}, 4)]
+    assert monitored == [("acc", 0.5)]

@@ -223,14 +223,30 @@ class DifferentialPrivacy(RecordsInitArgs):
         return self._epsilon_of_rounds(0)
 
     def log_round(self, log: RoundLogger) -> None:
-        """Log ``dp/epsilon`` (central) or ``dp/local_epsilon_max`` (local) after a round."""
+        """Log ``dp/epsilon`` (central) or ``dp/local_epsilon_max`` (local) after a round.
+
+        To the loggers only (``monitor=False``): the run's stop on a spent budget is ``on_budget``'s, and the
+        final table's line comes from :meth:`report`, so no ``LightningModule.log`` call is spent on them.
+        """
         if self.local_noise is not None:
-            most = int(self.local_noise.participations.max()) if self.num_clients else 0
-            log.log_scalars({"dp/local_epsilon_max": local_epsilon(self.z, most, self.delta)})
-            log.log_settings({"dp/delta": self.delta})
+            log.log_scalars({"dp/local_epsilon_max": self._local_epsilon_max()}, monitor=False)
+            log.log_settings({"dp/delta": self.delta}, monitor=False)
         elif self.noise is not None:
-            log.log_scalars({"dp/epsilon": self.epsilon()})
-            log.log_settings({"dp/delta": self.delta, "dp/noise_multiplier": self.z})
+            log.log_scalars({"dp/epsilon": self.epsilon()}, monitor=False)
+            log.log_settings({"dp/delta": self.delta, "dp/noise_multiplier": self.z}, monitor=False)
+
+    def _local_epsilon_max(self) -> float:
+        most = int(self.local_noise.participations.max()) if self.num_clients else 0
+        return local_epsilon(self.z, most, self.delta)
+
+    def report(self) -> str | None:
+        """The line under the final table: the privacy the released models cost so far, or ``None`` without DP."""
+        where = " (docs/algorithms.md, Client-level differential privacy)."
+        if self.local_noise is not None:
+            return f"Local DP: the most released client's epsilon {self._local_epsilon_max():.4g} at delta {self.delta:.3g}{where}"
+        if self.noise is not None:
+            return f"Client-level DP: epsilon {self.epsilon():.4g} at delta {self.delta:.3g}{where}"
+        return None
 
     def budget_message(self, round_idx: int) -> str | None:
         """The one line that stops the run before round ``round_idx`` would exceed the budget, else ``None``."""

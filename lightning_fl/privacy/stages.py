@@ -69,13 +69,13 @@ class DPClip(UpdateTransform):
     def transform(self, U: Tensor, ctx: StageContext) -> Tensor:
         self.round_clip_norm = clip_norm = float(self.clip_norm)
         if self.adaptive is None:
-            ctx.log.log_settings({"dp/clip_norm": clip_norm})
+            ctx.log.log_settings({"dp/clip_norm": clip_norm}, monitor=False)
         else:
-            ctx.log.log_scalars({"dp/clip_norm": clip_norm})
+            ctx.log.log_scalars({"dp/clip_norm": clip_norm}, monitor=False)
             unclipped = torch.linalg.vector_norm(U, dim=1) <= clip_norm
             fraction = noised_unclipped_fraction(unclipped.cpu(), self.count_noise, self.expected_cohort,
                                                  ctx.seed, ctx.round_idx, "dp_count")
-            ctx.log.log_scalars({"dp/unclipped_fraction": fraction})
+            ctx.log.log_scalars({"dp/unclipped_fraction": fraction}, monitor=False)
             self.clip_norm = next_clip_norm(clip_norm, fraction, self.adaptive.target_quantile,
                                             self.adaptive.learning_rate)
         return U if math.isinf(clip_norm) else clip_rows(U, clip_norm)

@@ -148,18 +148,23 @@ class RoundLogger:
         self.scalars_through_monitor = scalars_through_monitor and monitor is not None
         self._writers: list[Any] | None = None  # TensorBoard writers other than the run's (the partition run)
 
-    def log_scalars(self, metrics: Mapping[str, float], prog_bar: Sequence[str] = ()) -> None:
-        """Log ``metrics`` (name to value) at :attr:`step`; names in ``prog_bar`` also show in the bar."""
+    def log_scalars(self, metrics: Mapping[str, float], prog_bar: Sequence[str] = (), monitor: bool = True) -> None:
+        """Log ``metrics`` (name to value) at :attr:`step`; names in ``prog_bar`` also show in the bar.
+
+        ``monitor=False`` writes them to the loggers only, not to ``trainer.callback_metrics``: for values no
+        checkpoint or early stopping would watch, since each ``LightningModule.log`` call costs about half a
+        millisecond on a CPU (its result collection walks the metric's state), a tenth of a small round.
+        """
         metrics = {name: float(value) for name, value in metrics.items()}
         for name in metrics:
             self.outputs.claim(name, "scalar")
-        for logger in self.loggers if not self.scalars_through_monitor else ():
+        for logger in self.loggers if not (self.scalars_through_monitor and monitor) else ():
             logger.log_metrics(metrics, step=self.step)
-        if self._monitor is not None:
+        if self._monitor is not None and monitor:
             for name, value in metrics.items():
                 self._monitor(name, value, name in prog_bar)
 
-    def log_settings(self, metrics: Mapping[str, float]) -> None:
+    def log_settings(self, metrics: Mapping[str, float], monitor: bool = True) -> None:
         """Log the scalars of ``metrics`` whose value differs from the last one logged in this run.
 
         For settings that stay the same round after round (``dp/delta``, a fixed ``dp/clip_norm``): each
@@ -170,7 +175,7 @@ class RoundLogger:
         changed = {name: float(value) for name, value in metrics.items()
                    if self.outputs.settings.get(name) != float(value)}
         if changed:
-            self.log_scalars(changed)
+            self.log_scalars(changed, monitor=monitor)
             self.outputs.settings.update(changed)
 
     def log_histogram(self, tag: str, values: Tensor) -> None:

@@ -68,7 +68,7 @@ class RecordingLogger(RoundLogger):
         self.histograms: list[tuple[str, Tensor, int]] = []
         self.figures: list[tuple[str, int]] = []
 
-    def log_scalars(self, metrics: Any, prog_bar: Sequence[str] = ()) -> None:
+    def log_scalars(self, metrics: Any, prog_bar: Sequence[str] = (), monitor: bool = True) -> None:
         for name in metrics:
             self.outputs.claim(name, "scalar")  # one kind per tag, as in a real run
         self.scalars.append(({k: float(v) for k, v in metrics.items()}, self.step))
