@@ -6,7 +6,9 @@ one as shipped (a single Linear under plain SGD takes each run of steps with the
 :meth:`~lightning_fl.engines.fused.FusedLinearChain.sgd_steps`), one with that path switched off (every step
 through :class:`~lightning_fl.engines.local_step.LocalStep`). It prints the median seconds per round of each
 (the first round left out; the two take turns going first, since the first reads the cohort's data
-from memory into the caches), their ratio, and whether the two global models are bitwise equal at the end.
+from memory into the caches), their ratio, and how far apart the two global models are at the end (the one
+loop updates the weight with one ``baddbmm_`` and takes ``torch.softmax`` on small steps: equal to float
+rounding).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import lightning_fl.engines.vectorized as vectorized
 
 
 def compare(job_name: str, rounds: int) -> dict[str, float | bool]:
-    """``{"one loop": s, "step by step": s, "ratio": step by step / one loop, "bitwise": bool}`` for ``job_name``."""
+    """``{"one loop": s, "step by step": s, "ratio": step by step / one loop, "rel diff": |w1 - w2| / |w2|}``."""
     from bench.jobs import build_jobs
     from bench.variants import EngineRunner
     from lightning_fl.simulation.sampling import ClientSampler
@@ -49,8 +51,9 @@ def compare(job_name: str, rounds: int) -> dict[str, float | bool]:
         vectorized.plain_sgd_rate = shipped
     fast, slow = (statistics.median(times[name][1:]) for name in runners)
     states = [runner.model.state_dict() for runner in runners.values()]
-    bitwise = all(torch.equal(states[0][key], states[1][key]) for key in states[0])
-    return {"one loop": fast, "step by step": slow, "ratio": slow / fast, "bitwise": bitwise}
+    one, two = (torch.cat([state[key].flatten().double() for key in sorted(state)]) for state in states)
+    return {"one loop": fast, "step by step": slow, "ratio": slow / fast,
+            "rel diff": float((one - two).norm() / two.norm())}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -59,11 +62,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=40, help="timed rounds (after one untimed round)")
     args = parser.parse_args(argv)
     print(f"one-loop path vs step by step, vectorized engine, alternated round by round, {args.rounds} rounds:")
-    print("| Job | one loop (s/round) | step by step (s/round) | step by step / one loop | global model bitwise equal |")
-    print("| :--- | ---: | ---: | ---: | :--- |")
+    print("| Job | one loop (s/round) | step by step (s/round) | step by step / one loop | global models' relative difference |")
+    print("| :--- | ---: | ---: | ---: | ---: |")
     for job in args.jobs.split(","):
         r = compare(job, args.rounds)
-        print(f"| {job} | {r['one loop']:.4f} | {r['step by step']:.4f} | {r['ratio']:.2f} | {r['bitwise']} |")
+        print(f"| {job} | {r['one loop']:.4f} | {r['step by step']:.4f} | {r['ratio']:.2f} | {r['rel diff']:.1e} |")
 
 
 if __name__ == "__main__":

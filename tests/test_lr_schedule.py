@@ -119,13 +119,15 @@ def test_a_per_step_schedule_restarts_every_round_and_engines_agree(tiny, tmp_pa
     assert run_cli("fit", "--config", str(halves), "--trainer.max_epochs", "2", *per_step) == 0
     assert run_cli("fit", "--config", str(halves), "--ckpt_path", "last", *per_step) == 0
     assert _same(_weights(_run(tmp_path, "halves")), runs["vectorized"])
-    # A per-step schedule that never changes within a round is the constant rate, bit for bit.
+    # A per-step schedule that never changes within a round is the constant rate, to float rounding: the constant
+    # rate's plain SGD takes the vectorized engine's one-loop path (one baddbmm_ update), a per-step rate does not.
     flat = tiny(**{"trainer.logger.init_args.name": "flat", "trainer.max_epochs": 2})
     constant = tiny(**{"trainer.logger.init_args.name": "constant", "trainer.max_epochs": 2})
     assert run_cli("fit", "--config", str(flat), "--lr_scheduler", "StepLR", "--lr_scheduler.step_size", "100000",
                    "--lr_scheduler_interval", "step") == 0
     assert run_cli("fit", "--config", str(constant)) == 0
-    assert _same(_weights(_run(tmp_path, "flat")), _weights(_run(tmp_path, "constant")))
+    flat_w, constant_w = _weights(_run(tmp_path, "flat")), _weights(_run(tmp_path, "constant"))
+    assert all(torch.allclose(flat_w[k], constant_w[k], rtol=1e-6, atol=1e-7) for k in flat_w)
     decayed = tiny(**{"trainer.logger.init_args.name": "decayed", "trainer.max_epochs": 2})
     assert run_cli("fit", "--config", str(decayed), *per_step) == 0
     assert not _same(_weights(_run(tmp_path, "constant")), _weights(_run(tmp_path, "decayed")))
