@@ -130,6 +130,7 @@ bench: $(STAMP)
 	$(PY) -m bench.user_module
 	$(PY) -m bench.dp_overhead
 	$(PY) -m bench.million
+	$(PY) -m bench.one_loop
 
 ## data: fetch the real data sets obtainable without internet (Fashion-MNIST, Shakespeare) into data/
 data: $(STAMP)
