@@ -96,7 +96,7 @@ class StackedClients(StepTarget):
                         logits_buffer: Callable[[int, Tensor], Tensor]) -> None:
         """Steps ``steps`` (the same clients training) of the single-Linear hand-written path under plain SGD,
         in one loop (:meth:`~lightning_fl.engines.fused.FusedLinearChain.sgd_steps`): for a step with no
-        hook, scaler or rate schedule, bitwise what :meth:`gradients` and the SGD step give."""
+        hook, scaler or rate schedule, what :meth:`gradients` and the SGD step give, to float rounding."""
         for leaf in self.leaves:
             leaf.grad = None
         self.forward.sgd_steps(steps, self.batches.by_client, self.named, lr, keep, logits_buffer)

@@ -124,12 +124,11 @@ class StagedBatches:
 
     def get(self, step: int) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """``(x, y, weight (rows, 1), offset)`` of ``step``: the rows of the clients still training."""
+        if self.num_classes is not None:
+            x, weight, offset = self.fused_inputs(step)
+            return x, self.y[step], weight, offset
         x = self.x[step] if self.x is not None else self._x_train.index_select(0, self._index[step])
-        y, weight = self.y[step], self.weight[step]
-        offset = self.offset[step] if self.offset is not None else None
-        if offset is None and self.num_classes is not None:
-            offset = F.one_hot(y, self.num_classes).to(weight.dtype) * -weight
-        return x, y, weight, offset
+        return x, self.y[step], self.weight[step], None
 
 
 class FinalEpochStats:
