@@ -211,3 +211,20 @@ def test_unmonitored_scalars_reach_the_loggers_but_not_lightnings_log():
     log.log_settings({"dp/delta": 1e-3}, monitor=False)
     assert logger.rows == [({"acc": 0.5}, 4), ({"dp/epsilon": 2.0}, 4), ({"dp/delta": 1e-3}, 4)]
     assert monitored == [("acc", 0.5)]
+
+
+def test_non_finite_histogram_values_are_left_out_of_tensorboard(tmp_path):
+    # A diverged aggregation's weights (all NaN) made TensorBoard raise "The histogram is empty" before the
+    # loop's one-line divergence error; the finite values are what a histogram can show.
+    from pytorch_lightning.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logger = TensorBoardLogger(tmp_path, name="run", version=0)
+    log = RoundLogger([logger], step=1)
+    log.log_histogram("server/weights", torch.tensor([float("nan")] * 3))
+    log.at(2).log_histogram("server/weights", torch.tensor([0.25, float("inf"), 0.75, float("nan")]))
+    logger.experiment.flush()
+    events = EventAccumulator(str(tmp_path / "run" / "version_0"), size_guidance={"histograms": 0})
+    events.Reload()
+    (only,) = events.Histograms("server/weights")
+    assert only.step == 2 and only.histogram_value.num == 2 and only.histogram_value.sum == 1.0

@@ -18,7 +18,7 @@ from typing import Any
 
 from lightning_fl.experiments.runs import Run, plan_runs
 from lightning_fl.experiments.search_space import Param, edges, point_label, widen, write_point_config
-from lightning_fl.experiments.tuning_runs import TrialOutcome, evaluate_trial
+from lightning_fl.experiments.tuning_runs import TrialOutcome, evaluate_trial, release_client_state
 
 __all__ = ["MAX_WIDENINGS", "PRUNER_STARTUP_TRIALS", "PRUNER_WARMUP", "best_trial", "rounds_of", "search_method",
            "stage_sizes"]
@@ -122,6 +122,8 @@ def search_method(name: str, config: str, space: Sequence[Param], trials: int, s
                              vary_data_seed, threads)
             outcome = evaluate_trial(trial, runs, metric, launcher)
             _tell(study, trial, outcome)
+            if outcome.state != "failed":  # a failed run is retried from its checkpoint next time
+                release_client_state(runs)
             records.append({"number": number, "stage": stage, "params": point, "label": point_label(point),
                             "state": outcome.state, "score": outcome.score, "seed_scores": outcome.seed_scores,
                             "pruned_at": outcome.pruned_at, "steps": outcome.steps, "error": outcome.error})

@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 from pytorch_lightning.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from pytorch_lightning.utilities.rank_zero import rank_zero_info, rank_zero_only
+import torch
 from torch import Tensor
 from torch.utils.tensorboard import SummaryWriter
 
@@ -182,8 +183,11 @@ class RoundLogger:
         """A histogram of ``values`` (TensorBoard; ``histograms/<tag>.csv`` when the run has no TensorBoard)."""
         self.outputs.claim(tag, "histogram")
         values = values.detach().cpu()
-        for writer in self._tensorboards():
-            writer.add_histogram(tag, values, self.step)
+        # TensorBoard raises on an all-NaN histogram ("The histogram is empty"): a diverged aggregation's
+        # weights would end the run in a traceback before its one-line divergence error.
+        finite = values[torch.isfinite(values)]
+        for writer in self._tensorboards() if finite.numel() else ():
+            writer.add_histogram(tag, finite, self.step)
         path = self.outputs.histogram_path(tag)
         if path is not None:
             with writing(path, f"histogram {tag}"):

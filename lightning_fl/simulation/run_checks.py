@@ -321,6 +321,10 @@ def check_loop_arguments(client: object, *, clients_per_round: int, local_epochs
             check_positive(name, value, integer=True)
 
 
+#: The run folder's subfolder of ``model.client_state: disk`` files.
+CLIENT_STATE_DIR = "client_state"
+
+
 def client_state_dir(run_dir: Path, client_state: str, trainer: Any) -> Path | None:
     """Where ``model.client_state: disk`` keeps per-client rows (``None``: in memory).
 
@@ -328,5 +332,5 @@ def client_state_dir(run_dir: Path, client_state: str, trainer: Any) -> Path | N
     """
     if client_state == "memory":
         return None
-    root = run_dir / "client_state"
+    root = run_dir / CLIENT_STATE_DIR
     return root if trainer.world_size == 1 else root / f"rank{trainer.global_rank}"

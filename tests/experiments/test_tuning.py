@@ -248,3 +248,19 @@ def test_a_running_or_pruned_runs_values_come_from_its_checkpoint_validation_row
     assert val_series(run, "val/acc_mean") == [(2, 0.25), (4, 0.5)]
     other = Run("A", 1000, tmp_path, ("-m", "lightning_fl", "fit", "--config", FEDPROX), FEDPROX)
     assert val_series(other, "val/acc_mean") == []  # an outdated attempt's rows are never replayed
+
+
+def test_decided_trials_give_back_their_client_state_files_and_failed_ones_keep_them(tmp_path):
+    # model.client_state: disk keeps about 4 GB per IGFL run: a reproduction's tuning trials filled a disk.
+    def with_state(run: Run) -> int:
+        (run.log_dir / "client_state").mkdir()
+        (run.log_dir / "client_state" / "IGFL.prev_delta.0.log").write_bytes(b"\0" * 1024)
+        return 1 if run.seed == 1001 and _params(run)[0] > 0.015 else _fake_train(run, optimum=0.1)
+
+    result = _tune(tmp_path, {"FedAvg": FEDAVG}, trials=4, launcher=partial(launch, train=with_state))
+    trials = result.methods["FedAvg"]["trials"]
+    assert {t["state"] for t in trials} == {"complete", "failed"}
+    for t in trials:
+        for seed in (1000, 1001):
+            kept = (tmp_path / "tuning" / "FedAvg" / f"trial_{t['number']}" / f"seed_{seed}" / "client_state").is_dir()
+            assert kept == (t["state"] == "failed"), (t, seed)
