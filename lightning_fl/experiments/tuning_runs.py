@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -150,6 +151,20 @@ def _report(trial: Any, steps: list[tuple[int, float]], done: int) -> tuple[int,
     return done, None
 
 
+def failure_reason(err: Exception) -> str:
+    """A failed run in one line for ``tuning.md``: which run, its exit code, and why (its log's last ``error:``
+    line, else its last line: the exception a traceback ends on).
+
+    Args:
+        err: The launcher's error (its first line names the run, the next ones are the end of its log).
+    """
+    first, *tail = str(err).splitlines() or [""]
+    tail = [line.strip() for line in tail if line.strip()]
+    reason = next((line for line in reversed(tail) if line.startswith("error:")), tail[-1] if tail else "")
+    header = re.sub(r"; the run directory is kept: .*$", ")", first.rstrip(":"))
+    return f"{header}: {reason}" if reason else header
+
+
 def _outcome(trial: Any, runs: Sequence[Run], metric: str, steps: list[tuple[int, float]], pruned_at: int | None,
              errors: Sequence[str]) -> TrialOutcome:
     if pruned_at is not None:
@@ -194,7 +209,7 @@ def evaluate_trial(trial: Any, runs: Sequence[Run], metric: str,
                 pass
             except RuntimeError as err:  # a failed run (e.g. diverged): the trial fails unless pruned first
                 # The other seeds go on: the steps reported must not depend on when the failure was seen.
-                errors.append(str(err).splitlines()[0])
+                errors.append(failure_reason(err))
 
         with ThreadPoolExecutor(max_workers=len(todo)) as pool:
             futures = [pool.submit(one, run) for run in todo]

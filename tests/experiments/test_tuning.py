@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from functools import partial
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from lightning_fl.experiments.launcher import launch
 from lightning_fl.experiments.optuna_search import best_trial, stage_sizes
 from lightning_fl.experiments.runs import Run
 from lightning_fl.experiments.search_space import Param, edges, space_for, widen, write_point_config
-from lightning_fl.experiments.tuning_runs import common_steps
+from lightning_fl.experiments.tuning_runs import common_steps, failure_reason
 from lightning_fl.faults.validation import ConfigError
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -222,14 +223,20 @@ def test_a_point_lands_in_the_optimizer_or_the_callback(tmp_path):
 
 def test_a_trial_whose_run_fails_is_recorded_and_never_selected(tmp_path):
     def diverges_at_large_lr(run: Run) -> int:
-        return 1 if run.seed == 1001 and _params(run)[0] > 0.015 else _fake_train(run, optimum=0.1)
+        if run.seed == 1001 and _params(run)[0] > 0.015:
+            (run.log_dir / "train.log").write_text("round 1/2 (0.10 s)\nerror: round 2: client 3 diverged (train loss"
+                                                   " nan); stopping before aggregation\nsome later line\n")
+            return 1
+        return _fake_train(run, optimum=0.1)
 
     result = _tune(tmp_path, {"FedAvg": FEDAVG}, trials=4, launcher=partial(launch, train=diverges_at_large_lr))
     r = result.methods["FedAvg"]
     failed = [t for t in r["trials"] if t["state"] == "failed"]
     assert failed and all(t["params"]["client_lr"] > 0.015 and t["score"] is None for t in failed)
     assert r["selected"]["client_lr"] <= 0.015  # the fake's optimum 0.1 failed: the best of the rest
-    assert "| failed: FedAvg/trial_" in (tmp_path / "tuning.md").read_text()
+    # Why it failed, in one line: the log's error line, not the run directory.
+    assert re.search(r"\| failed: FedAvg/trial_\d seed 1001 failed \(exit 1\): error: round 2: client 3 diverged"
+                     r" \(train loss nan\); stopping before aggregation \|", (tmp_path / "tuning.md").read_text())
 
 
 def test_a_running_or_pruned_runs_values_come_from_its_checkpoint_validation_rows_only(tmp_path):
@@ -264,3 +271,11 @@ def test_decided_trials_give_back_their_client_state_files_and_failed_ones_keep_
         for seed in (1000, 1001):
             kept = (tmp_path / "tuning" / "FedAvg" / f"trial_{t['number']}" / f"seed_{seed}" / "client_state").is_dir()
             assert kept == (t["state"] == "failed"), (t, seed)
+
+
+def test_a_failure_without_an_error_line_is_the_exception_its_log_ends_on():
+    err = RuntimeError("IGFL/trial_1 seed 1001 failed (exit 1; the run directory is kept: logs/IGFL/trial_1/seed_1001):\n"
+                       "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: The histogram is empty\n")
+    assert failure_reason(err) == "IGFL/trial_1 seed 1001 failed (exit 1): ValueError: The histogram is empty"
+    assert failure_reason(RuntimeError("FedAvg seed 0 failed (exit 2; the run directory is kept: d):")) == \
+        "FedAvg seed 0 failed (exit 2)"
