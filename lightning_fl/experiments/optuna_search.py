@@ -122,8 +122,7 @@ def search_method(name: str, config: str, space: Sequence[Param], trials: int, s
                              vary_data_seed, threads)
             outcome = evaluate_trial(trial, runs, metric, launcher)
             _tell(study, trial, outcome)
-            if outcome.state != "failed":  # a failed run is retried from its checkpoint next time
-                release_client_state(runs)
+            release_client_state(runs)
             records.append({"number": number, "stage": stage, "params": point, "label": point_label(point),
                             "state": outcome.state, "score": outcome.score, "seed_scores": outcome.seed_scores,
                             "pruned_at": outcome.pruned_at, "steps": outcome.steps, "error": outcome.error})

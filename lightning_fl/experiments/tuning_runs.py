@@ -227,11 +227,13 @@ def evaluate_trial(trial: Any, runs: Sequence[Run], metric: str,
 
 
 def release_client_state(runs: Sequence[Run]) -> None:
-    """Delete the ``model.client_state: disk`` files of a decided trial's runs (complete or pruned).
+    """Delete the ``model.client_state: disk`` files of a decided trial's runs and of their set-aside attempts.
 
     Only a resume reads them, and a decided trial is never resumed: it is reread from its rows and
-    ``finished.json``. They are large (IGFL's deltas: about 4 GB per run of 100 clients on Fashion-MNIST,
-    so a reproduction's tuning runs would fill a disk).
+    ``finished.json``, and a failed one (diverged) is retried from round 0 by the next command. They are
+    large (IGFL's deltas: about 4 GB per run of 100 clients on Fashion-MNIST, so a reproduction's tuning runs
+    and every retried attempt the launcher sets aside as ``seed_<s>.failed-<n>`` would fill a disk).
     """
     for run in runs:
-        shutil.rmtree(run.log_dir / CLIENT_STATE_DIR, ignore_errors=True)
+        for folder in (run.log_dir, *run.log_dir.parent.glob(f"{run.log_dir.name}.*-*")):
+            shutil.rmtree(folder / CLIENT_STATE_DIR, ignore_errors=True)

@@ -257,20 +257,23 @@ def test_a_running_or_pruned_runs_values_come_from_its_checkpoint_validation_row
     assert val_series(other, "val/acc_mean") == []  # an outdated attempt's rows are never replayed
 
 
-def test_decided_trials_give_back_their_client_state_files_and_failed_ones_keep_them(tmp_path):
+def test_decided_trials_give_back_their_client_state_files(tmp_path):
     # model.client_state: disk keeps about 4 GB per IGFL run: a reproduction's tuning trials filled a disk.
     def with_state(run: Run) -> int:
         (run.log_dir / "client_state").mkdir()
         (run.log_dir / "client_state" / "IGFL.prev_delta.0.log").write_bytes(b"\0" * 1024)
         return 1 if run.seed == 1001 and _params(run)[0] > 0.015 else _fake_train(run, optimum=0.1)
 
+    first = tmp_path / "tuning" / "FedAvg" / "trial_0" / "seed_1000"
+    aside = first.with_name("seed_1000.failed-1")  # an earlier attempt the launcher set aside
+    (aside / "client_state").mkdir(parents=True)
+    (aside / "train.log").write_text("error: round 2: client 3 diverged\n")
     result = _tune(tmp_path, {"FedAvg": FEDAVG}, trials=4, launcher=partial(launch, train=with_state))
     trials = result.methods["FedAvg"]["trials"]
     assert {t["state"] for t in trials} == {"complete", "failed"}
-    for t in trials:
-        for seed in (1000, 1001):
-            kept = (tmp_path / "tuning" / "FedAvg" / f"trial_{t['number']}" / f"seed_{seed}" / "client_state").is_dir()
-            assert kept == (t["state"] == "failed"), (t, seed)
+    runs = [tmp_path / "tuning" / "FedAvg" / f"trial_{t['number']}" / f"seed_{s}" for t in trials for s in (1000, 1001)]
+    assert all(run.is_dir() and not (run / "client_state").exists() for run in runs)
+    assert (aside / "train.log").is_file() and not (aside / "client_state").exists()
 
 
 def test_a_failure_without_an_error_line_is_the_exception_its_log_ends_on():
