@@ -69,6 +69,13 @@ class TuningResult:
         return {m: point_label(r["selected"]) for m, r in self.methods.items()}
 
     @property
+    def failed(self) -> dict[str, str]:
+        """``{method: "2 of 6"}``: the trials that failed (e.g. diverged) of the methods that had any; they score
+        nothing and use up the budget, so a method that loses many selects from fewer points."""
+        counts = {m: sum(t["state"] == "failed" for t in r["trials"]) for m, r in self.methods.items()}
+        return {m: f"{n} of {len(self.methods[m]['trials'])}" for m, n in counts.items() if n}
+
+    @property
     def at_edge(self) -> dict[str, list[str]]:
         """``{method: parameters}`` of the selections still at an edge of their final space (flagged)."""
         return {m: list(r["at_edge"]) for m, r in self.methods.items() if r["at_edge"]}

@@ -27,7 +27,8 @@ class SettingResults:
     (``client_lr=0.03,mu=0.1``) of the methods tuned on the validation splits, and ``tuned_at_edge``
     ``{method: keys}`` of the selected values at the smallest or largest value their grid tried;
     ``tuning_budget`` is ``{method: the budget it was tuned with, in words}`` (``"12 trials x 2 seeds
-    (1000, 1001) on val/acc_mean"``), empty when nothing was tuned.
+    (1000, 1001) on val/acc_mean"``), empty when nothing was tuned; ``tuning_failed`` is ``{method: "2 of 6"}``
+    of the methods some of whose trials failed (diverged).
     """
 
     setting: Setting
@@ -38,6 +39,7 @@ class SettingResults:
     tuned: Mapping[str, str] = field(default_factory=dict)
     tuned_at_edge: Mapping[str, Sequence[str]] = field(default_factory=dict)
     tuning_budget: Mapping[str, str] = field(default_factory=dict)
+    tuning_failed: Mapping[str, str] = field(default_factory=dict)
 
     def _rows(self, method: str, seed: int, metric: str, stage: str) -> list[tuple[int, float]]:
         return sorted((r[3], r[6]) for r in self.rows if r[1] == method and r[2] == seed and r[4] == stage

@@ -222,8 +222,11 @@ def render_report(paper: Paper, scale: str, seeds: Sequence[int], sections: Sequ
             edges = "; ".join(f"{method}'s {', '.join(keys)}" for method, keys in results.tuned_at_edge.items())
             edge_note = (f" Still at the edge of its search space after the widenings the budget allows (a wider"
                          f" space may do better): {edges}." if edges else "")
+            failed = "; ".join(f"{method} {share}" for method, share in results.tuning_failed.items())
+            failed_note = (f" Trials that failed (diverged: they score nothing and use up the method's budget, so"
+                           f" it selects among fewer points): {failed}." if failed else "")
             parts.append(f"Selected on the validation splits: {chosen} (`{results.setting.folder}/tuning.md` holds"
-                         f" every setting's score).{edge_note}\n")
+                         f" every setting's score).{edge_note}{failed_note}\n")
     parts.append("## Claims\n")
     parts.append("Each row: the paper's difference and ours in the claim's direction (positive: as the paper says),"
                  " ours with its 95% interval over the seeds, the two-sided p-value, the level of the interval Holm's"

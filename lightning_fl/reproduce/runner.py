@@ -44,7 +44,8 @@ def _run_setting(paper: Paper, setting, seeds: Sequence[int], save_dir: Path, jo
     budget = {} if tuning is None else {
         method: f"{tuning.budget} on {result['metric']}" for method, result in tuning.methods.items()}
     return SettingResults(setting, list(seeds), grid.rows, grid.runs, [float(r["seconds"]) for r in grid.records],
-                          {} if tuning is None else tuning.selected, {} if tuning is None else tuning.at_edge, budget)
+                          {} if tuning is None else tuning.selected, {} if tuning is None else tuning.at_edge, budget,
+                          {} if tuning is None else tuning.failed)
 
 
 def tunes_by_default(scale: str) -> bool:

@@ -234,6 +234,8 @@ def test_a_trial_whose_run_fails_is_recorded_and_never_selected(tmp_path):
     failed = [t for t in r["trials"] if t["state"] == "failed"]
     assert failed and all(t["params"]["client_lr"] > 0.015 and t["score"] is None for t in failed)
     assert r["selected"]["client_lr"] <= 0.015  # the fake's optimum 0.1 failed: the best of the rest
+    diverging = sum(t["params"]["client_lr"] > 0.015 for t in r["trials"])  # the fake's rule, not the states
+    assert result.failed == {"FedAvg": f"{diverging} of 4"}
     # Why it failed, in one line: the log's error line, not the run directory.
     assert re.search(r"\| failed: FedAvg/trial_\d seed 1001 failed \(exit 1\): error: round 2: client 3 diverged"
                      r" \(train loss nan\); stopping before aggregation \|", (tmp_path / "tuning.md").read_text())

@@ -48,9 +48,14 @@ def test_bad_arguments_are_one_line(capsys) -> None:
 
 def test_a_tuned_reproduction_tunes_its_methods_on_validation_with_one_budget(tmp_path) -> None:
     paper = load_paper("fedfa")
-    report, _ = reproduce(paper, "smoke", [0], tmp_path / "runs", None, jobs=1, tune=True, trials=2,
-                          launcher=partial(launch, train=partial(_train_in_process)))
     [setting] = paper.settings("smoke")
+    last = list(setting.methods if setting.tuned_methods is None else setting.tuned_methods)[-1]
+
+    def train(run: Run) -> int:  # the last method's first trial fails on one seed, as a diverged run does
+        return 1 if run.method == f"{last}/trial_0" and run.seed == 1001 else _train_in_process(run)
+
+    report, _ = reproduce(paper, "smoke", [0], tmp_path / "runs", None, jobs=1, tune=True, trials=2,
+                          launcher=partial(launch, train=train))
     folder = tmp_path / "runs" / setting.folder
     tuning = json.loads((folder / "tuning.json").read_text())
     tuned = list(setting.methods if setting.tuned_methods is None else setting.tuned_methods)
@@ -62,6 +67,7 @@ def test_a_tuned_reproduction_tunes_its_methods_on_validation_with_one_budget(tm
     lr = tuning["methods"][tuned[0]]["selected"]["client_lr"]
     assert f"Selected on the validation splits: {tuned[0]} client_lr={lr:.3g}" in report
     assert "2 trials x 2 seeds (1000, 1001) per method" in report
+    assert report.count("Trials that failed") == 1 and f"selects among fewer points): {last} 1 of 2." in report
     runs = {(r["method"], Path(r["config"]).parent.name) for r in _run_configs(folder)}
     assert runs == {(m, "tuned" if m in tuned else "configs") for m in setting.methods}
 
