@@ -38,7 +38,7 @@ train: $(STAMP)
 ## are built once); TEST_ARGS=... adds pytest arguments, e.g. TEST_ARGS="-n 0 tests/faults" for one process
 TEST_ARGS ?=
 test: $(STAMP)
-	$(PY) -m pytest -q -n auto --dist loadscope $(TEST_ARGS)
+	$(PY) -m pytest -q -n auto --dist loadscope --no-loadscope-reorder $(TEST_ARGS)
 
 ## tensorboard: open the logs of every run; prints the address that opens Time Series on the fairness statistics
 ## (test/<metric>_mean, _worst20, _best20, _var pinned above the other cards)
