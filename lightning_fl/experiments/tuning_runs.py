@@ -35,7 +35,8 @@ from lightning_fl.experiments.runs import CHECKPOINT, STARTED, Run, is_finished,
 from lightning_fl.simulation.default_callbacks import ROUND_LINES_ENVIRONMENT
 from lightning_fl.simulation.run_checks import CLIENT_STATE_DIR
 
-__all__ = ["ABORT", "Pruned", "TrialOutcome", "common_steps", "evaluate_trial", "stoppable_train", "val_series"]
+__all__ = ["ABORT", "Pruned", "TrialOutcome", "common_steps", "evaluate_trial", "failure_reason",
+           "release_client_state", "stoppable_train", "val_series"]
 
 #: Set when the tuner is stopping (Ctrl-C, SIGTERM): every trial's processes are stopped, resumable.
 ABORT = threading.Event()
