@@ -30,6 +30,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {module: i for i, module in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
+
 #: The shipped configs' ModelCheckpoint: ``last.ckpt`` after every round (docs/running.md, "Checkpoints and resuming").
 ROUND_CHECKPOINT = {"class_path": "pytorch_lightning.callbacks.ModelCheckpoint",
                     "init_args": {"filename": "last", "every_n_epochs": 1, "save_on_train_epoch_end": True,
